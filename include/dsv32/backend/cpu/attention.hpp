@@ -1,0 +1,234 @@
+/// \file
+/// \brief CPU: the lightning indexer's scores and top-k, and MLA attention over the selected positions.
+///
+/// Attention never builds an L x L matrix: each query gathers the (at most index_topk) positions its
+/// indexer selected and attends to those only — the reference's result (its mask gives every other
+/// position zero weight) at O(L k) cost.
+#pragma once
+
+#include <Eigen/Core>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "dsv32/backend/cpu/gemm.hpp"
+#include "dsv32/backend/cpu/parallel_for.hpp"
+#include "dsv32/core/numeric.hpp"
+
+namespace dsv32::cpu {
+
+/// \brief Index scores of one sequence's queries against its cached keys.
+///
+/// score[s, t] = sum_h relu(q[s,h] . k[t]) * weight[s,h] * k_scale[t] with E4M3 values (exact
+/// products, f32 sums), for t < visible[s]. With index_head_dim > 128 the dot product is taken per
+/// 128 block with both block scales (weight then holds w_h * D^-0.5 only).
+/// \param q_codes   [S, H, D] E4M3 codes
+/// \param q_weight  [S, H] f32: w_h * q_scale[s,h] * D^-0.5 (D == 128), or w_h * D^-0.5 (D > 128)
+/// \param q_scale   [S, H, D / 128] f32 (read only when D > 128)
+/// \param k_codes   [T, D] E4M3 codes of the cache
+/// \param k_scale   [T, D / 128] f32
+/// \param visible   [S] keys each query may see (causal prefix length)
+/// \param scores    [S, T] f32 output; entries at t >= visible[s] are left unspecified
+inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t S,
+                         std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
+                         std::int64_t T, const std::int64_t* visible, float* scores) {
+  const std::int64_t blocks = D / kBlockSize;
+  std::vector<float> kf(static_cast<std::size_t>(T * D));
+  for (std::int64_t i = 0; i < T * D; ++i) kf[i] = decode_e4m3(k_codes[i]);
+  parallel_for(S, [&](std::int64_t s) {
+    const std::int64_t n = visible[s];
+    if (n <= 0) return;
+    RowMatrixF q(H, D);
+    for (std::int64_t h = 0; h < H; ++h)
+      for (std::int64_t d = 0; d < D; ++d) q(h, d) = decode_e4m3(q_codes[(s * H + h) * D + d]);
+    RowMatrixF logits(H, n);
+    float* out = scores + s * T;
+    if (blocks == 1) {
+      const Eigen::Map<const RowMatrixF> K(kf.data(), n, D);
+      logits.noalias() = q * K.transpose();
+      for (std::int64_t t = 0; t < n; ++t) {
+        float acc = 0.0f;
+        for (std::int64_t h = 0; h < H; ++h) acc += std::max(logits(h, t), 0.0f) * q_weight[s * H + h];
+        out[t] = acc * k_scale[t];
+      }
+    } else {
+      logits.setZero();
+      RowMatrixF part(H, n);
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        const Eigen::Map<const RowMatrixF, 0, Eigen::OuterStride<>> K(kf.data() + b * kBlockSize, n, kBlockSize,
+                                                                      Eigen::OuterStride<>(D));
+        part.noalias() = q.middleCols(b * kBlockSize, kBlockSize) * K.transpose();
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t t = 0; t < n; ++t)
+            logits(h, t) += part(h, t) * q_scale[(s * H + h) * blocks + b] * k_scale[t * blocks + b];
+      }
+      for (std::int64_t t = 0; t < n; ++t) {
+        float acc = 0.0f;
+        for (std::int64_t h = 0; h < H; ++h) acc += std::max(logits(h, t), 0.0f) * q_weight[s * H + h];
+        out[t] = acc;
+      }
+    }
+  });
+}
+
+/// \brief The positions of the `k` largest scores among scores[0, n), highest first (ties: lower
+///        position first). Returns how many were written: min(k, n).
+/// \param out [min(k, n)] positions
+inline std::int64_t top_k(const float* scores, std::int64_t n, std::int64_t k, std::int32_t* out) {
+  const std::int64_t m = std::min(k, n);
+  std::vector<std::int32_t> idx(static_cast<std::size_t>(n));
+  std::iota(idx.begin(), idx.end(), 0);
+  auto better = [&](std::int32_t a, std::int32_t b) { return scores[a] > scores[b] || (scores[a] == scores[b] && a < b); };
+  std::partial_sort(idx.begin(), idx.begin() + m, idx.end(), better);
+  std::copy(idx.begin(), idx.begin() + m, out);
+  return m;
+}
+
+namespace detail {
+/// In-place f32 softmax over p[0, n); then each probability rounded to bf16, as the reference casts
+/// the probabilities to the value dtype before the weighted sum.
+inline void softmax_to_bf16(float* p, std::int64_t n) {
+  float mx = -INFINITY;
+  for (std::int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
+  float sum = 0.0f;
+  for (std::int64_t j = 0; j < n; ++j) {
+    p[j] = std::exp(p[j] - mx);
+    sum += p[j];
+  }
+  for (std::int64_t j = 0; j < n; ++j) p[j] = round_bf16(p[j] / sum);
+}
+}  // namespace detail
+
+/// \brief MLA prefill attention of one sequence over the selected positions, keys and values from wkv_b.
+///
+/// For query s and head h: p = softmax_t(scale * (q_nope . k_nope[t] + q_pe . k_pe[t])) over the
+/// selected t, rounded to bf16; out = bf16(sum_t p_t v[t]).
+/// \param q        [S, H, nope + rope] bf16 (q_pe already rotated)
+/// \param kv       [T, H, nope + v] bf16: wkv_b applied to the cached latents
+/// \param k_pe     [T, rope] bf16 rotated key positional parts (the pe cache)
+/// \param selected [S, k_max] positions; count[s] of them valid for query s
+/// \param out      [S, H, v] bf16
+inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, std::int64_t S, std::int64_t H,
+                             std::int64_t nope, std::int64_t rope, std::int64_t v, const std::int32_t* selected,
+                             const std::int64_t* count, std::int64_t k_max, float scale, bf16* out) {
+  const std::int64_t dq = nope + rope, dkv = nope + v;
+  parallel_for(S * H, [&](std::int64_t sh) {
+    const std::int64_t s = sh / H, h = sh % H;
+    const std::int64_t n = count[s];
+    const std::int32_t* sel = selected + s * k_max;
+    const bf16* qs = q + (s * H + h) * dq;
+    std::vector<float> qf(static_cast<std::size_t>(dq)), p(static_cast<std::size_t>(n)), acc(static_cast<std::size_t>(v), 0.0f);
+    for (std::int64_t d = 0; d < dq; ++d) qf[d] = static_cast<float>(qs[d]);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const bf16* kn = kv + (sel[j] * H + h) * dkv;
+      const bf16* kp = k_pe + sel[j] * rope;
+      float dot = 0.0f;
+      for (std::int64_t d = 0; d < nope; ++d) dot += qf[d] * static_cast<float>(kn[d]);
+      for (std::int64_t d = 0; d < rope; ++d) dot += qf[nope + d] * static_cast<float>(kp[d]);
+      p[j] = dot * scale;
+    }
+    detail::softmax_to_bf16(p.data(), n);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const bf16* vv = kv + (sel[j] * H + h) * dkv + nope;
+      for (std::int64_t d = 0; d < v; ++d) acc[d] += p[j] * static_cast<float>(vv[d]);
+    }
+    bf16* o = out + (s * H + h) * v;
+    for (std::int64_t d = 0; d < v; ++d) o[d] = bf16(acc[d]);
+  });
+}
+
+/// \brief MLA decode attention of one query token in the absorbed (latent) form.
+///
+/// For head h: p = softmax_t(scale * (q_lat[h] . kv[t] + q_pe[h] . pe[t])) over the selected t,
+/// rounded to bf16; out[h] = bf16(sum_t p_t kv[t]).
+/// \param q_lat    [H, C] bf16: q_nope projected through wkv_b's key rows
+/// \param q_pe     [H, rope] bf16, heads `q_pe_stride` elements apart
+/// \param kv_cache [T, C] bf16 latent cache of this sequence
+/// \param pe_cache [T, rope] bf16
+/// \param selected [n] positions
+/// \param out      [H, C] bf16 latent attention output
+inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q_pe_stride, const bf16* kv_cache,
+                             const bf16* pe_cache, std::int64_t H, std::int64_t C, std::int64_t rope,
+                             const std::int32_t* selected,
+                             std::int64_t n, float scale, bf16* out) {
+  RowMatrixF kv(n, C), pe(n, rope), ql(H, C), qp(H, rope);
+  for (std::int64_t j = 0; j < n; ++j) {
+    for (std::int64_t c = 0; c < C; ++c) kv(j, c) = static_cast<float>(kv_cache[selected[j] * C + c]);
+    for (std::int64_t r = 0; r < rope; ++r) pe(j, r) = static_cast<float>(pe_cache[selected[j] * rope + r]);
+  }
+  for (std::int64_t h = 0; h < H; ++h) {
+    for (std::int64_t c = 0; c < C; ++c) ql(h, c) = static_cast<float>(q_lat[h * C + c]);
+    for (std::int64_t r = 0; r < rope; ++r) qp(h, r) = static_cast<float>(q_pe[h * q_pe_stride + r]);
+  }
+  RowMatrixF scores = ql * kv.transpose();
+  scores.noalias() += qp * pe.transpose();
+  for (std::int64_t h = 0; h < H; ++h) {
+    float* p = scores.row(h).data();
+    for (std::int64_t j = 0; j < n; ++j) p[j] *= scale;
+    detail::softmax_to_bf16(p, n);
+  }
+  const RowMatrixF o = scores * kv;
+  for (std::int64_t h = 0; h < H; ++h)
+    for (std::int64_t c = 0; c < C; ++c) out[h * C + c] = bf16(o(h, c));
+}
+
+}  // namespace dsv32::cpu
+
+namespace dsv32::cpu {
+
+/// \brief The lightning indexer's selection for one sequence: index scores of its S queries against
+///        its cached keys, then the top min(k, visible) positions of each query.
+/// \param selected [S, k] positions, highest score first
+/// \param count    [S] how many positions each query selected
+inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t S,
+                         std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
+                         std::int64_t start_pos, std::int64_t k, std::int32_t* selected, std::int64_t* count) {
+  const std::int64_t T = start_pos + S;
+  std::vector<std::int64_t> visible(static_cast<std::size_t>(S));
+  for (std::int64_t s = 0; s < S; ++s) visible[s] = start_pos + s + 1;
+  std::vector<float> scores(static_cast<std::size_t>(S * T));
+  index_scores(q_codes, q_weight, q_scale, S, H, D, k_codes, k_scale, T, visible.data(), scores.data());
+  for (std::int64_t s = 0; s < S; ++s) count[s] = top_k(scores.data() + s * T, visible[s], k, selected + s * k);
+}
+
+/// \brief Projects q_nope into the latent space through wkv_b's key rows (the absorbed decode form):
+///        q_lat[t, h] = bf16(sum_d q_nope[t, h, d] * W[h (nope + v) + d, :]).
+/// \param q      [T, H, nope + rope] bf16 (q_nope is the first `nope` of each head)
+/// \param wkv_b  [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use)
+/// \param q_lat  [T, H, C] bf16
+inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
+                         std::int64_t v, const WeightView& wkv_b, bf16* q_lat) {
+  const std::int64_t C = wkv_b.in;
+  parallel_for(H, [&](std::int64_t h) {
+    RowMatrixF w(nope, C), qn(T, nope);
+    weight_rows_f32(wkv_b, h * (nope + v), nope, w.data());
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t d = 0; d < nope; ++d) qn(t, d) = static_cast<float>(q[(t * H + h) * (nope + rope) + d]);
+    const RowMatrixF out = qn * w;
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t c = 0; c < C; ++c) q_lat[(t * H + h) * C + c] = bf16(out(t, c));
+  });
+}
+
+/// \brief Maps latent attention outputs to values through wkv_b's value rows:
+///        out[t, h] = bf16(sum_c o_lat[t, h, c] * W[h (nope + v) + nope + d, c]).
+/// \param o_lat [T, H, C] bf16
+/// \param out   [T, H, v] bf16
+inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t v,
+                           const WeightView& wkv_b, bf16* out) {
+  const std::int64_t C = wkv_b.in;
+  parallel_for(H, [&](std::int64_t h) {
+    RowMatrixF w(v, C), o(T, C);
+    weight_rows_f32(wkv_b, h * (nope + v) + nope, v, w.data());
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t c = 0; c < C; ++c) o(t, c) = static_cast<float>(o_lat[(t * H + h) * C + c]);
+    const RowMatrixF y = o * w.transpose();
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t d = 0; d < v; ++d) out[(t * H + h) * v + d] = bf16(y(t, d));
+  });
+}
+
+}  // namespace dsv32::cpu

@@ -1,0 +1,40 @@
+/// \file
+/// \brief Host memory for the CPU backend.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "dsv32/backend/backend.hpp"
+
+namespace dsv32 {
+
+/// \brief CPU memory: 64-byte aligned host allocations; host copies are memcpy.
+template <>
+struct Memory<Cpu> {
+  static constexpr std::size_t alignment = 64;
+  /// Host memory can be borrowed directly (e.g. a memory-mapped checkpoint).
+  static constexpr bool host_visible = true;
+
+  static void* allocate(std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    const std::size_t rounded = (bytes + alignment - 1) / alignment * alignment;
+    void* p = std::aligned_alloc(alignment, rounded);
+    if (!p) throw std::bad_alloc();
+    return p;
+  }
+  static void deallocate(void* p) noexcept { std::free(p); }
+  static void zero(void* p, std::size_t bytes) { if (bytes) std::memset(p, 0, bytes); }
+  static void copy_from_host(void* dst, const void* src, std::size_t bytes) { if (bytes) std::memcpy(dst, src, bytes); }
+  static void copy_to_host(void* dst, const void* src, std::size_t bytes) { if (bytes) std::memcpy(dst, src, bytes); }
+  static void copy(void* dst, const void* src, std::size_t bytes) { if (bytes) std::memmove(dst, src, bytes); }
+  /// Copies `rows` rows of `row_bytes` bytes between strided layouts (pitches in bytes).
+  static void copy_rows(void* dst, std::size_t dst_pitch, const void* src, std::size_t src_pitch, std::size_t rows,
+                        std::size_t row_bytes) {
+    for (std::size_t r = 0; r < rows; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+  }
+};
+
+}  // namespace dsv32

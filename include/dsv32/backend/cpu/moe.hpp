@@ -1,0 +1,133 @@
+/// \file
+/// \brief CPU: MoE routing (the gate's group-limited top-k) and the expert gather / weighted scatter.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <vector>
+
+#include "dsv32/config/model_config.hpp"
+#include "dsv32/core/numeric.hpp"
+#include "dsv32/core/tensor.hpp"
+
+namespace dsv32::cpu {
+
+/// \brief Parameters of the gate's routing decision.
+struct RoutingParams {
+  ScoreFunc score_func = ScoreFunc::sigmoid;
+  std::int64_t n_groups = 1;        ///< n_expert_groups
+  std::int64_t n_limited_groups = 1;
+  std::int64_t top_k = 1;           ///< n_activated_experts
+  float route_scale = 1.0f;
+};
+
+/// \brief Routes each token to its experts, as the reference's Gate does.
+///
+/// Scores are sigmoid or softmax of the logits; the bias (when present) is added for selection only;
+/// groups are ranked by the sum of their top-2 biased scores (with bias) or their max (without) and
+/// the best n_limited_groups kept; the top_k experts among them are chosen (ties: lower index).
+/// Weights are the unbiased scores of the chosen experts, normalized to sum 1 for sigmoid, times
+/// route_scale.
+/// \param logits  [T, E] f32 gate logits (x W^T)
+/// \param bias    [E] f32, or nullptr
+/// \param weights [T, top_k] f32 output
+/// \param experts [T, top_k] expert ids, in decreasing biased score
+inline void route(MatrixView<const float> logits, const float* bias, const RoutingParams& p, MatrixView<float> weights,
+                  MatrixView<std::int32_t> experts) {
+  const std::int64_t E = logits.cols, per_group = E / p.n_groups;
+  std::vector<float> score(static_cast<std::size_t>(E)), select(static_cast<std::size_t>(E));
+  std::vector<std::int32_t> order(static_cast<std::size_t>(std::max(E, p.n_groups)));
+  std::vector<float> group_score(static_cast<std::size_t>(p.n_groups));
+  for (std::int64_t t = 0; t < logits.rows; ++t) {
+    const float* l = logits.row(t);
+    if (p.score_func == ScoreFunc::softmax) {
+      const float mx = *std::max_element(l, l + E);
+      float sum = 0.0f;
+      for (std::int64_t e = 0; e < E; ++e) sum += (score[e] = std::exp(l[e] - mx));
+      for (std::int64_t e = 0; e < E; ++e) score[e] /= sum;
+    } else {
+      for (std::int64_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    }
+    for (std::int64_t e = 0; e < E; ++e) select[e] = bias ? score[e] + bias[e] : score[e];
+    auto better = [](const std::vector<float>& v) {
+      return [&v](std::int32_t a, std::int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
+    };
+    if (p.n_groups > 1) {
+      for (std::int64_t g = 0; g < p.n_groups; ++g) {
+        const float* gs = select.data() + g * per_group;
+        if (bias) {
+          float a = -INFINITY, b = -INFINITY;  // top two
+          for (std::int64_t i = 0; i < per_group; ++i) {
+            if (gs[i] > a) { b = a; a = gs[i]; } else if (gs[i] > b) { b = gs[i]; }
+          }
+          group_score[g] = a + b;
+        } else {
+          group_score[g] = *std::max_element(gs, gs + per_group);
+        }
+      }
+      std::iota(order.begin(), order.begin() + p.n_groups, 0);
+      std::partial_sort(order.begin(), order.begin() + p.n_limited_groups, order.begin() + p.n_groups,
+                        better(group_score));
+      std::vector<bool> keep(static_cast<std::size_t>(p.n_groups), false);
+      for (std::int64_t i = 0; i < p.n_limited_groups; ++i) keep[order[i]] = true;
+      for (std::int64_t e = 0; e < E; ++e)
+        if (!keep[e / per_group]) select[e] = -INFINITY;
+    }
+    std::iota(order.begin(), order.begin() + E, 0);
+    std::partial_sort(order.begin(), order.begin() + p.top_k, order.begin() + E, better(select));
+    float sum = 0.0f;
+    for (std::int64_t i = 0; i < p.top_k; ++i) {
+      experts.row(t)[i] = order[i];
+      weights.row(t)[i] = score[order[i]];
+      sum += score[order[i]];
+    }
+    for (std::int64_t i = 0; i < p.top_k; ++i) {
+      if (p.score_func == ScoreFunc::sigmoid) weights.row(t)[i] /= sum;
+      weights.row(t)[i] *= p.route_scale;
+    }
+  }
+}
+
+/// \brief out[i] = x[rows[i]].
+/// \param x    [T, dim] bf16
+/// \param rows [n]
+/// \param out  [n, dim] bf16
+inline void gather_rows(MatrixView<const bf16> x, const std::int32_t* rows, std::int64_t n, MatrixView<bf16> out) {
+  for (std::int64_t i = 0; i < n; ++i) std::copy(x.row(rows[i]), x.row(rows[i]) + x.cols, out.row(i));
+}
+
+/// \brief y[rows[i]] += f32(src[i]) * weight[i] (weight may be nullptr: 1).
+/// \param src    [n, dim] bf16
+/// \param rows   [n] destination rows, or nullptr for row i
+/// \param weight [n] f32, or nullptr
+/// \param y      [T, dim] f32
+inline void scatter_add(MatrixView<const bf16> src, const std::int32_t* rows, const float* weight,
+                        MatrixView<float> y) {
+  for (std::int64_t i = 0; i < src.rows; ++i) {
+    float* dst = y.row(rows ? rows[i] : i);
+    const bf16* s = src.row(i);
+    if (weight) {
+      for (std::int64_t c = 0; c < src.cols; ++c) dst[c] += static_cast<float>(s[c]) * weight[i];
+    } else {
+      for (std::int64_t c = 0; c < src.cols; ++c) dst[c] += static_cast<float>(s[c]);
+    }
+  }
+}
+
+/// \brief out = bf16(x).
+/// \param x   [rows, n] f32
+/// \param out [rows, n] bf16
+inline void round_to_bf16(MatrixView<const float> x, MatrixView<bf16> out) {
+  for (std::int64_t r = 0; r < x.rows; ++r)
+    for (std::int64_t c = 0; c < x.cols; ++c) out.row(r)[c] = bf16(x.row(r)[c]);
+}
+
+/// \brief out = f32(x).
+inline void widen_to_f32(MatrixView<const bf16> x, MatrixView<float> out) {
+  for (std::int64_t r = 0; r < x.rows; ++r)
+    for (std::int64_t c = 0; c < x.cols; ++c) out.row(r)[c] = static_cast<float>(x.row(r)[c]);
+}
+
+}  // namespace dsv32::cpu

@@ -1,0 +1,39 @@
+/// \file
+/// \brief CPU: rotary position embedding on interleaved or half-split pairs.
+#pragma once
+
+#include <cstdint>
+
+#include "dsv32/core/numeric.hpp"
+
+namespace dsv32::cpu {
+
+/// \brief Rotates the RoPE slice of every head of every token by its position's angles, in f32,
+///        rounding the result to bf16.
+///
+/// Token row t sits at position start_pos + t % seq_len (rows are [batch, seq] flattened). Its
+/// head h holds `rope_dim` values at `data + t * token_stride + h * head_stride`. Interleaved
+/// layout pairs (2i, 2i+1); the half-split layout pairs (i, i + rope_dim/2).
+/// \param cos, sin [max_seq_len, rope_dim / 2] f32 tables
+inline void rope(bf16* data, std::int64_t tokens, std::int64_t token_stride, std::int64_t heads,
+                 std::int64_t head_stride, std::int64_t rope_dim, std::int64_t seq_len, std::int64_t start_pos,
+                 const float* cos, const float* sin, bool interleaved) {
+  const std::int64_t half = rope_dim / 2;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::int64_t pos = start_pos + t % seq_len;
+    const float* c = cos + pos * half;
+    const float* s = sin + pos * half;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      bf16* x = data + t * token_stride + h * head_stride;
+      for (std::int64_t i = 0; i < half; ++i) {
+        bf16& xa = interleaved ? x[2 * i] : x[i];
+        bf16& xb = interleaved ? x[2 * i + 1] : x[i + half];
+        const float a = static_cast<float>(xa), b = static_cast<float>(xb);
+        xa = bf16(a * c[i] - b * s[i]);
+        xb = bf16(a * s[i] + b * c[i]);
+      }
+    }
+  }
+}
+
+}  // namespace dsv32::cpu

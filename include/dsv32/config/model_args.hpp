@@ -1,0 +1,356 @@
+/// \file
+/// \brief ModelArgs: a config as runtime values, read from a config.json in the reference's format
+///        and checked against a compile-time config.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv32/config/model_config.hpp"
+#include "dsv32/config/runtime_options.hpp"
+#include "dsv32/core/error.hpp"
+
+namespace dsv32 {
+
+/// \addtogroup config
+/// @{
+
+/// \brief Every field of the reference's `ModelArgs` (plus gate_bias and indexer_rope_interleaved) as
+///        runtime values. Absent config.json fields keep the reference's defaults.
+struct ModelArgs {
+  RuntimeOptions runtime;
+  std::int64_t vocab_size = ConfigDefaults::vocab_size;
+  std::int64_t dim = ConfigDefaults::dim;
+  std::int64_t inter_dim = ConfigDefaults::inter_dim;
+  std::int64_t moe_inter_dim = ConfigDefaults::moe_inter_dim;
+  std::int64_t n_layers = ConfigDefaults::n_layers;
+  std::int64_t n_dense_layers = ConfigDefaults::n_dense_layers;
+  std::int64_t n_heads = ConfigDefaults::n_heads;
+  std::int64_t n_routed_experts = ConfigDefaults::n_routed_experts;
+  std::int64_t n_shared_experts = ConfigDefaults::n_shared_experts;
+  std::int64_t n_activated_experts = ConfigDefaults::n_activated_experts;
+  std::int64_t n_expert_groups = ConfigDefaults::n_expert_groups;
+  std::int64_t n_limited_groups = ConfigDefaults::n_limited_groups;
+  ScoreFunc score_func = ConfigDefaults::score_func;
+  double route_scale = ConfigDefaults::route_scale;
+  std::int64_t q_lora_rank = ConfigDefaults::q_lora_rank;
+  std::int64_t kv_lora_rank = ConfigDefaults::kv_lora_rank;
+  std::int64_t qk_nope_head_dim = ConfigDefaults::qk_nope_head_dim;
+  std::int64_t qk_rope_head_dim = ConfigDefaults::qk_rope_head_dim;
+  std::int64_t v_head_dim = ConfigDefaults::v_head_dim;
+  std::int64_t index_n_heads = ConfigDefaults::index_n_heads;
+  std::int64_t index_head_dim = ConfigDefaults::index_head_dim;
+  std::int64_t index_topk = ConfigDefaults::index_topk;
+  WeightDType dtype = ConfigDefaults::dtype;
+  ScaleFmt scale_fmt = ConfigDefaults::scale_fmt;
+  std::optional<bool> gate_bias;  ///< unset: the reference's rule (dim == 7168)
+  bool indexer_rope_interleaved = false;
+
+  /// \brief gate_bias with the reference's rule applied when unset.
+  constexpr bool resolved_gate_bias() const noexcept { return gate_bias.value_or(dim == 7168); }
+
+  /// \brief The shape fields of compile-time config `C` (runtime options keep their defaults).
+  template <class C>
+  static constexpr ModelArgs of() {
+    static_assert(valid_config<C>);
+    ModelArgs a;
+    a.vocab_size = C::vocab_size;
+    a.dim = C::dim;
+    a.inter_dim = C::inter_dim;
+    a.moe_inter_dim = C::moe_inter_dim;
+    a.n_layers = C::n_layers;
+    a.n_dense_layers = C::n_dense_layers;
+    a.n_heads = C::n_heads;
+    a.n_routed_experts = C::n_routed_experts;
+    a.n_shared_experts = C::n_shared_experts;
+    a.n_activated_experts = C::n_activated_experts;
+    a.n_expert_groups = C::n_expert_groups;
+    a.n_limited_groups = C::n_limited_groups;
+    a.score_func = C::score_func;
+    a.route_scale = C::route_scale;
+    a.q_lora_rank = C::q_lora_rank;
+    a.kv_lora_rank = C::kv_lora_rank;
+    a.qk_nope_head_dim = C::qk_nope_head_dim;
+    a.qk_rope_head_dim = C::qk_rope_head_dim;
+    a.v_head_dim = C::v_head_dim;
+    a.index_n_heads = C::index_n_heads;
+    a.index_head_dim = C::index_head_dim;
+    a.index_topk = C::index_topk;
+    a.dtype = C::dtype;
+    a.scale_fmt = C::scale_fmt;
+    a.gate_bias = ConfigTraits<C>::has_gate_bias;
+    a.indexer_rope_interleaved = C::indexer_rope_interleaved;
+    return a;
+  }
+
+  /// \brief Throws an Error naming the first invariant a runtime config violates (the runtime twin of
+  ///        ConfigCheck, for configs read from files rather than compiled in).
+  void validate(const std::string& source = "config") const {
+    auto need = [&](bool ok, const char* what) { DSV32_CHECK(ok, invalid_config, source, ": ", what); };
+    need(vocab_size > 0 && dim > 0 && inter_dim > 0 && moe_inter_dim > 0 && n_layers > 0 && n_heads > 0,
+         "vocab_size, dim, inter_dim, moe_inter_dim, n_layers and n_heads must be > 0");
+    need(n_dense_layers >= 0 && n_dense_layers <= n_layers, "n_dense_layers must be in [0, n_layers]");
+    need(n_routed_experts > 0 && n_shared_experts >= 0, "n_routed_experts must be > 0, n_shared_experts >= 0");
+    need(n_activated_experts > 0 && n_activated_experts <= n_routed_experts,
+         "n_activated_experts must be in [1, n_routed_experts]");
+    need(n_expert_groups > 0 && n_routed_experts % n_expert_groups == 0,
+         "n_routed_experts must be divisible by n_expert_groups");
+    need(n_limited_groups > 0 && n_limited_groups <= n_expert_groups, "n_limited_groups must be in [1, n_expert_groups]");
+    need(n_activated_experts <= n_limited_groups * (n_routed_experts / n_expert_groups),
+         "n_activated_experts must not exceed the experts in the n_limited_groups chosen groups");
+    need(!(resolved_gate_bias() && n_expert_groups > 1) || n_routed_experts / n_expert_groups >= 2,
+         "with gate_bias and n_expert_groups > 1 each group needs >= 2 experts");
+    need(route_scale > 0, "route_scale must be > 0");
+    need(q_lora_rank > 0 && kv_lora_rank > 0, "q_lora_rank and kv_lora_rank must be > 0");
+    need(qk_nope_head_dim > 0 && v_head_dim > 0, "qk_nope_head_dim and v_head_dim must be > 0");
+    need(qk_rope_head_dim > 0 && qk_rope_head_dim % 2 == 0, "qk_rope_head_dim must be even and > 0");
+    need(index_n_heads > 0 && index_topk > 0, "index_n_heads and index_topk must be > 0");
+    need(detail::is_pow2(index_head_dim) && index_head_dim % kBlockSize == 0,
+         "index_head_dim must be a power of two and a multiple of 128");
+    need(qk_rope_head_dim <= index_head_dim, "qk_rope_head_dim must be <= index_head_dim");
+    if (dtype == WeightDType::fp8) {
+      need(dim % kBlockSize == 0 && q_lora_rank % kBlockSize == 0 && kv_lora_rank % kBlockSize == 0 &&
+               (n_heads * v_head_dim) % kBlockSize == 0 && inter_dim % kBlockSize == 0 &&
+               moe_inter_dim % kBlockSize == 0,
+           "dtype fp8 needs dim, q_lora_rank, kv_lora_rank, n_heads * v_head_dim, inter_dim and moe_inter_dim "
+           "to be multiples of 128");
+    }
+    runtime.validate();
+  }
+
+  /// \brief Visits every field as (json key, pointer to member, is it a shape field).
+  template <class Visitor>
+  static void visit_fields(Visitor&& v) {
+    v("max_batch_size", &ModelArgs::runtime, &RuntimeOptions::max_batch_size);
+    v("max_seq_len", &ModelArgs::runtime, &RuntimeOptions::max_seq_len);
+    v("original_seq_len", &ModelArgs::runtime, &RuntimeOptions::original_seq_len);
+    v("rope_theta", &ModelArgs::runtime, &RuntimeOptions::rope_theta);
+    v("rope_factor", &ModelArgs::runtime, &RuntimeOptions::rope_factor);
+    v("beta_fast", &ModelArgs::runtime, &RuntimeOptions::beta_fast);
+    v("beta_slow", &ModelArgs::runtime, &RuntimeOptions::beta_slow);
+    v("mscale", &ModelArgs::runtime, &RuntimeOptions::mscale);
+    v("vocab_size", &ModelArgs::vocab_size);
+    v("dim", &ModelArgs::dim);
+    v("inter_dim", &ModelArgs::inter_dim);
+    v("moe_inter_dim", &ModelArgs::moe_inter_dim);
+    v("n_layers", &ModelArgs::n_layers);
+    v("n_dense_layers", &ModelArgs::n_dense_layers);
+    v("n_heads", &ModelArgs::n_heads);
+    v("n_routed_experts", &ModelArgs::n_routed_experts);
+    v("n_shared_experts", &ModelArgs::n_shared_experts);
+    v("n_activated_experts", &ModelArgs::n_activated_experts);
+    v("n_expert_groups", &ModelArgs::n_expert_groups);
+    v("n_limited_groups", &ModelArgs::n_limited_groups);
+    v("score_func", &ModelArgs::score_func);
+    v("route_scale", &ModelArgs::route_scale);
+    v("q_lora_rank", &ModelArgs::q_lora_rank);
+    v("kv_lora_rank", &ModelArgs::kv_lora_rank);
+    v("qk_nope_head_dim", &ModelArgs::qk_nope_head_dim);
+    v("qk_rope_head_dim", &ModelArgs::qk_rope_head_dim);
+    v("v_head_dim", &ModelArgs::v_head_dim);
+    v("index_n_heads", &ModelArgs::index_n_heads);
+    v("index_head_dim", &ModelArgs::index_head_dim);
+    v("index_topk", &ModelArgs::index_topk);
+    v("dtype", &ModelArgs::dtype);
+    v("scale_fmt", &ModelArgs::scale_fmt);
+    v("gate_bias", &ModelArgs::gate_bias);
+    v("indexer_rope_interleaved", &ModelArgs::indexer_rope_interleaved);
+  }
+
+  /// \brief Parses a config.json object. Absent fields keep the reference's defaults; unknown keys,
+  ///        wrong types and invalid values throw an Error naming the field and `source`.
+  static ModelArgs from_json(const nlohmann::json& j, const std::string& source = "config.json") {
+    DSV32_CHECK(j.is_object(), invalid_config, source, ": expected a JSON object, found ", j.type_name());
+    ModelArgs a;
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      bool known = false;
+      visit_fields([&](const char* key, auto... member) {
+        if (it.key() != key) return;
+        known = true;
+        parse_value(it.value(), field(a, member...), source, key);
+      });
+      DSV32_CHECK(known, invalid_config, source, ": unknown key \"", it.key(), "\"");
+    }
+    a.runtime.validate();
+    return a;
+  }
+
+  /// \brief Reads and parses a config.json file.
+  static ModelArgs from_file(const std::filesystem::path& path) {
+    std::ifstream in(path);
+    DSV32_CHECK(in.good(), io, "cannot open config file ", path.string());
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail(ErrorKind::invalid_config, path.string(), ": not valid JSON: ", e.what());
+    }
+    return from_json(j, path.string());
+  }
+
+  /// \brief The fields (shape fields, not runtime options) whose values differ from config `C`,
+  ///        each as "field: config.json has X, the compiled config has Y".
+  template <class C>
+  std::vector<std::string> mismatches() const {
+    const ModelArgs want = of<C>();
+    std::vector<std::string> out;
+    visit_fields([&](const char* key, auto... member) {
+      if constexpr (sizeof...(member) == 1) {
+        const auto& mine = field(*this, member...);
+        const auto& theirs = field(want, member...);
+        bool differs;
+        if constexpr (std::is_same_v<std::decay_t<decltype(mine)>, std::optional<bool>>)
+          differs = resolved_gate_bias() != want.resolved_gate_bias();
+        else
+          differs = !(mine == theirs);
+        if (differs) {
+          std::ostringstream os;
+          os << key << ": config.json has " << show(*this, mine) << ", the compiled config (" << C::name
+             << ") has " << show(want, theirs);
+          out.push_back(os.str());
+        }
+      }
+    });
+    return out;
+  }
+
+  /// \brief Throws an Error listing every shape field that differs from config `C`.
+  template <class C>
+  void check_matches(const std::string& source = "config.json") const {
+    const auto diffs = mismatches<C>();
+    if (diffs.empty()) return;
+    std::ostringstream os;
+    os << source << " disagrees with the compiled config " << C::name << " in " << diffs.size() << " field(s):";
+    for (const auto& d : diffs) os << "\n  " << d;
+    fail(ErrorKind::invalid_config, os.str());
+  }
+
+  /// \brief The fields as a config.json object in the reference's format.
+  nlohmann::json to_json() const {
+    nlohmann::json j = nlohmann::json::object();
+    visit_fields([&](const char* key, auto... member) { j[key] = to_json_value(field(*this, member...)); });
+    if (!gate_bias) j.erase("gate_bias");
+    return j;
+  }
+
+ private:
+  template <class M>
+  static auto& field(ModelArgs& a, M ModelArgs::*m) { return a.*m; }
+  template <class M>
+  static const auto& field(const ModelArgs& a, M ModelArgs::*m) { return a.*m; }
+  template <class M>
+  static auto& field(ModelArgs& a, RuntimeOptions ModelArgs::*r, M RuntimeOptions::*m) { return (a.*r).*m; }
+  template <class M>
+  static const auto& field(const ModelArgs& a, RuntimeOptions ModelArgs::*r, M RuntimeOptions::*m) {
+    return (a.*r).*m;
+  }
+
+  [[noreturn]] static void wrong_type(const nlohmann::json& v, const std::string& source, const char* key,
+                                      const char* expected) {
+    fail(ErrorKind::invalid_config, source, ": field \"", key, "\" must be ", expected, ", found ", v.type_name(),
+         " ", v.dump());
+  }
+  static void parse_value(const nlohmann::json& v, std::int64_t& out, const std::string& src, const char* key) {
+    if (!v.is_number_integer()) wrong_type(v, src, key, "an integer");
+    out = v.get<std::int64_t>();
+  }
+  static void parse_value(const nlohmann::json& v, double& out, const std::string& src, const char* key) {
+    if (!v.is_number()) wrong_type(v, src, key, "a number");
+    out = v.get<double>();
+  }
+  static void parse_value(const nlohmann::json& v, bool& out, const std::string& src, const char* key) {
+    if (!v.is_boolean()) wrong_type(v, src, key, "true or false");
+    out = v.get<bool>();
+  }
+  static void parse_value(const nlohmann::json& v, std::optional<bool>& out, const std::string& src, const char* key) {
+    if (v.is_null()) { out.reset(); return; }
+    if (!v.is_boolean()) wrong_type(v, src, key, "true, false or null");
+    out = v.get<bool>();
+  }
+  static void parse_value(const nlohmann::json& v, ScoreFunc& out, const std::string& src, const char* key) {
+    if (v == "softmax") out = ScoreFunc::softmax;
+    else if (v == "sigmoid") out = ScoreFunc::sigmoid;
+    else wrong_type(v, src, key, "\"softmax\" or \"sigmoid\"");
+  }
+  static void parse_value(const nlohmann::json& v, WeightDType& out, const std::string& src, const char* key) {
+    if (v == "bf16") out = WeightDType::bf16;
+    else if (v == "fp8") out = WeightDType::fp8;
+    else wrong_type(v, src, key, "\"bf16\" or \"fp8\"");
+  }
+  static void parse_value(const nlohmann::json& v, ScaleFmt& out, const std::string& src, const char* key) {
+    if (v.is_null()) out = ScaleFmt::none;
+    else if (v == "ue8m0") out = ScaleFmt::ue8m0;
+    else wrong_type(v, src, key, "null or \"ue8m0\"");
+  }
+
+  static nlohmann::json to_json_value(std::int64_t v) { return v; }
+  static nlohmann::json to_json_value(double v) { return v; }
+  static nlohmann::json to_json_value(bool v) { return v; }
+  static nlohmann::json to_json_value(const std::optional<bool>& v) { return v ? nlohmann::json(*v) : nlohmann::json(); }
+  static nlohmann::json to_json_value(ScoreFunc v) { return std::string(to_string(v)); }
+  static nlohmann::json to_json_value(WeightDType v) { return std::string(to_string(v)); }
+  static nlohmann::json to_json_value(ScaleFmt v) {
+    return v == ScaleFmt::ue8m0 ? nlohmann::json("ue8m0") : nlohmann::json();
+  }
+
+  template <class T>
+  static std::string show(const ModelArgs& a, const T& v) {
+    if constexpr (std::is_same_v<T, std::optional<bool>>) {
+      return a.resolved_gate_bias() ? "true" : "false";
+    } else {
+      return to_json_value(v).dump();
+    }
+  }
+};
+
+/// \brief Parameter counts, matching how the released model is counted: every weight, bias and norm of
+///        the main model with its indexer; no FP8 scales, no multi-token-prediction layer.
+struct ParamCounts {
+  std::int64_t embedding = 0;     ///< vocab_size x dim
+  std::int64_t head = 0;          ///< vocab_size x dim
+  std::int64_t attention = 0;     ///< one layer's MLA with its indexer and the block's two norms
+  std::int64_t indexer = 0;       ///< one layer's indexer (included in attention)
+  std::int64_t dense_mlp = 0;     ///< one dense layer's MLP
+  std::int64_t expert = 0;        ///< one routed or shared expert
+  std::int64_t gate = 0;          ///< one MoE layer's gate (with its bias)
+  std::int64_t total = 0;         ///< the whole model
+  std::int64_t activated = 0;     ///< what one token touches: all but the unchosen routed experts
+};
+
+/// \brief Counts the parameters of a config.
+constexpr ParamCounts count_params(const ModelArgs& a) {
+  ParamCounts p;
+  const std::int64_t qk_head = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  p.embedding = a.vocab_size * a.dim;
+  p.head = a.vocab_size * a.dim;
+  p.indexer = a.q_lora_rank * a.index_n_heads * a.index_head_dim + a.dim * a.index_head_dim +
+              2 * a.index_head_dim + a.dim * a.index_n_heads;
+  p.attention = a.dim * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * a.n_heads * qk_head +
+                a.dim * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
+                a.kv_lora_rank * a.n_heads * (a.qk_nope_head_dim + a.v_head_dim) + a.n_heads * a.v_head_dim * a.dim +
+                p.indexer + 2 * a.dim;
+  p.dense_mlp = 3 * a.dim * a.inter_dim;
+  p.expert = 3 * a.dim * a.moe_inter_dim;
+  p.gate = a.n_routed_experts * a.dim + (a.resolved_gate_bias() ? a.n_routed_experts : 0);
+  const std::int64_t moe_layers = a.n_layers - a.n_dense_layers;
+  const std::int64_t common = p.embedding + p.head + a.dim + a.n_layers * p.attention + a.n_dense_layers * p.dense_mlp;
+  p.total = common + moe_layers * (p.gate + (a.n_routed_experts + a.n_shared_experts) * p.expert);
+  p.activated = common + moe_layers * (p.gate + (a.n_activated_experts + a.n_shared_experts) * p.expert);
+  return p;
+}
+
+/// \brief Parameter counts of compile-time config `C`, as a constant expression.
+template <class C>
+inline constexpr ParamCounts param_counts = count_params(ModelArgs::of<C>());
+
+/// @}
+
+}  // namespace dsv32

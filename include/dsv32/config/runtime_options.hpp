@@ -1,0 +1,47 @@
+/// \file
+/// \brief Runtime options of a model: serving limits and the RoPE/YaRN scalars.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "dsv32/core/error.hpp"
+
+namespace dsv32 {
+
+/// \addtogroup config
+/// @{
+
+/// \brief What the reference's ModelArgs holds besides shapes, with its defaults. KV caches are
+///        sized by max_batch_size x max_seq_len; YaRN (and the mscale softmax correction) is on
+///        when max_seq_len > original_seq_len.
+struct RuntimeOptions {
+  std::int64_t max_batch_size = 8;
+  std::int64_t max_seq_len = 16384;
+  std::int64_t original_seq_len = 4096;
+  double rope_theta = 10000.0;
+  double rope_factor = 40.0;
+  std::int64_t beta_fast = 32;
+  std::int64_t beta_slow = 1;
+  double mscale = 1.0;
+
+  /// \brief Whether YaRN frequency correction and the mscale softmax correction apply.
+  bool yarn() const noexcept { return max_seq_len > original_seq_len; }
+
+  /// \brief Throws an Error naming the first option out of range.
+  void validate() const {
+    DSV32_CHECK(max_batch_size >= 1, invalid_config, "max_batch_size must be >= 1, got ", max_batch_size);
+    DSV32_CHECK(max_seq_len >= 1, invalid_config, "max_seq_len must be >= 1, got ", max_seq_len);
+    DSV32_CHECK(original_seq_len >= 1, invalid_config, "original_seq_len must be >= 1, got ", original_seq_len);
+    DSV32_CHECK(rope_theta > 1.0 && std::isfinite(rope_theta), invalid_config, "rope_theta must be > 1, got ", rope_theta);
+    DSV32_CHECK(rope_factor > 0.0 && std::isfinite(rope_factor), invalid_config, "rope_factor must be > 0, got ",
+                rope_factor);
+    DSV32_CHECK(beta_fast > 0 && beta_slow > 0, invalid_config, "beta_fast and beta_slow must be > 0, got ",
+                beta_fast, " and ", beta_slow);
+    DSV32_CHECK(std::isfinite(mscale), invalid_config, "mscale must be finite");
+  }
+};
+
+/// @}
+
+}  // namespace dsv32

@@ -1,0 +1,207 @@
+/// \file
+/// \brief Shapes, owning buffers and tensors, and non-owning matrix views.
+///
+/// Tensors are row-major and contiguous. Their memory belongs to a backend (Memory<Backend>);
+/// a buffer may also borrow memory it does not own (a memory-mapped checkpoint), keeping the
+/// owner alive through a shared_ptr. Kernels see plain MatrixView<T>: pointer, rows, columns
+/// and row stride.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "dsv32/backend/backend.hpp"
+#include "dsv32/core/error.hpp"
+
+namespace dsv32 {
+
+/// \addtogroup core
+/// @{
+
+/// \brief A tensor shape of rank 0 to 4.
+class Shape {
+ public:
+  static constexpr int kMaxRank = 4;
+
+  constexpr Shape() = default;
+  constexpr Shape(std::initializer_list<std::int64_t> dims) {
+    if (dims.size() > kMaxRank) fail(ErrorKind::invalid_argument, "shape rank ", dims.size(), " > ", kMaxRank);
+    for (std::int64_t d : dims) dims_[rank_++] = d;
+  }
+
+  constexpr int rank() const noexcept { return rank_; }
+  constexpr std::int64_t operator[](int i) const noexcept { return dims_[i]; }
+  constexpr std::int64_t& operator[](int i) noexcept { return dims_[i]; }
+  /// \brief Number of elements (1 for rank 0).
+  constexpr std::int64_t numel() const noexcept {
+    std::int64_t n = 1;
+    for (int i = 0; i < rank_; ++i) n *= dims_[i];
+    return n;
+  }
+  /// \brief Last dimension (1 for rank 0).
+  constexpr std::int64_t cols() const noexcept { return rank_ ? dims_[rank_ - 1] : 1; }
+  /// \brief Product of all dimensions but the last.
+  constexpr std::int64_t rows() const noexcept { return cols() ? numel() / cols() : 0; }
+
+  friend constexpr bool operator==(const Shape& a, const Shape& b) noexcept {
+    if (a.rank_ != b.rank_) return false;
+    for (int i = 0; i < a.rank_; ++i)
+      if (a.dims_[i] != b.dims_[i]) return false;
+    return true;
+  }
+  /// \brief "[a, b, c]".
+  std::string str() const {
+    std::ostringstream os;
+    os << '[';
+    for (int i = 0; i < rank_; ++i) os << (i ? ", " : "") << dims_[i];
+    os << ']';
+    return os.str();
+  }
+
+ private:
+  std::array<std::int64_t, kMaxRank> dims_{};
+  int rank_ = 0;
+};
+
+/// \brief A non-owning row-major matrix view: `rows` rows of `cols` elements, `stride` apart.
+template <class T>
+struct MatrixView {
+  T* data = nullptr;
+  std::int64_t rows = 0;
+  std::int64_t cols = 0;
+  std::int64_t stride = 0;  ///< elements between the starts of consecutive rows
+
+  T* row(std::int64_t r) const noexcept { return data + r * stride; }
+  /// \brief Rows [first, first + count).
+  MatrixView middle_rows(std::int64_t first, std::int64_t count) const noexcept {
+    return {data + first * stride, count, cols, stride};
+  }
+  /// \brief Columns [first, first + count) of every row.
+  MatrixView middle_cols(std::int64_t first, std::int64_t count) const noexcept {
+    return {data + first, rows, count, stride};
+  }
+  operator MatrixView<const T>() const noexcept { return {data, rows, cols, stride}; }
+};
+
+/// \brief A contiguous array of T in a backend's memory, owned or borrowed.
+/// \tparam T element type (trivially copyable)
+/// \tparam Backend backend tag whose Memory<> allocates it
+template <class T, class Backend>
+class Buffer {
+  static_assert(std::is_trivially_copyable_v<T>, "Buffer elements must be trivially copyable");
+
+ public:
+  Buffer() = default;
+  /// \brief Allocates `n` zero-filled elements.
+  explicit Buffer(std::size_t n) { reset(n); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  Buffer(Buffer&& o) noexcept { swap(o); }
+  Buffer& operator=(Buffer&& o) noexcept {
+    Buffer tmp(std::move(o));
+    swap(tmp);
+    return *this;
+  }
+  ~Buffer() { release(); }
+
+  /// \brief A buffer over memory owned by `owner` (kept alive as long as this buffer).
+  static Buffer borrow(T* data, std::size_t n, std::shared_ptr<const void> owner) {
+    Buffer b;
+    b.data_ = data;
+    b.size_ = b.capacity_ = n;
+    b.owner_ = std::move(owner);
+    return b;
+  }
+
+  /// \brief Replaces the contents with `n` zero-filled elements.
+  void reset(std::size_t n) {
+    release();
+    if (n) {
+      data_ = static_cast<T*>(Memory<Backend>::allocate(n * sizeof(T)));
+      Memory<Backend>::zero(data_, n * sizeof(T));
+    }
+    size_ = capacity_ = n;
+    owns_ = n != 0;
+  }
+  /// \brief Sets the size to `n`, reallocating only when it grows past the capacity; contents
+  ///        are unspecified afterwards (scratch buffers reused across calls).
+  void resize_scratch(std::size_t n) {
+    if (n > capacity_ || !owns_) reset(n);
+    size_ = n;
+  }
+
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+  bool empty() const noexcept { return size_ == 0; }
+  /// \brief Whether this buffer borrows memory it does not own.
+  bool borrowed() const noexcept { return owner_ != nullptr; }
+
+ private:
+  void swap(Buffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(size_, o.size_);
+    std::swap(capacity_, o.capacity_);
+    std::swap(owns_, o.owns_);
+    std::swap(owner_, o.owner_);
+  }
+  void release() noexcept {
+    if (owns_ && data_) Memory<Backend>::deallocate(data_);
+    data_ = nullptr;
+    size_ = capacity_ = 0;
+    owns_ = false;
+    owner_.reset();
+  }
+
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+  std::size_t capacity_ = 0;
+  bool owns_ = false;
+  std::shared_ptr<const void> owner_;
+};
+
+/// \brief An owning, contiguous, row-major tensor in a backend's memory.
+/// \tparam T element type
+/// \tparam Backend backend tag
+template <class T, class Backend>
+class Tensor {
+ public:
+  Tensor() = default;
+  /// \brief A zero-filled tensor of the given shape.
+  explicit Tensor(const Shape& shape) : buffer_(static_cast<std::size_t>(shape.numel())), shape_(shape) {}
+
+  /// \brief Gives the tensor a new shape, reusing its memory when it is large enough
+  ///        (contents unspecified afterwards).
+  void resize(const Shape& shape) {
+    buffer_.resize_scratch(static_cast<std::size_t>(shape.numel()));
+    shape_ = shape;
+  }
+
+  const Shape& shape() const noexcept { return shape_; }
+  std::int64_t dim(int i) const noexcept { return shape_[i]; }
+  std::int64_t numel() const noexcept { return shape_.numel(); }
+  T* data() noexcept { return buffer_.data(); }
+  const T* data() const noexcept { return buffer_.data(); }
+  std::size_t bytes() const noexcept { return buffer_.bytes(); }
+
+  /// \brief The tensor as a matrix: [product of leading dims, last dim].
+  MatrixView<T> mat() noexcept { return {data(), shape_.rows(), shape_.cols(), shape_.cols()}; }
+  MatrixView<const T> mat() const noexcept { return {data(), shape_.rows(), shape_.cols(), shape_.cols()}; }
+
+ private:
+  Buffer<T, Backend> buffer_;
+  Shape shape_;
+};
+
+/// @}
+
+}  // namespace dsv32
