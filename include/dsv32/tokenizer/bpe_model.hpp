@@ -1,0 +1,332 @@
+/// \file
+/// \brief The byte-level BPE model: vocabulary, merge ranks, the merge loop and a bounded word
+///        cache.
+///
+/// A piece of raw bytes starts as one symbol per byte (the vocabulary id of that byte's
+/// byte-level character, see byte_level.hpp), then the adjacent pair with the lowest merge rank
+/// is merged — leftmost first among equal ranks — until no adjacent pair has a merge. The loop is
+/// the one of the reference implementation (`Word::merge_all`): a min-heap of candidate merges
+/// keyed by (rank, position), stale entries skipped when the pair at that position no longer
+/// produces the same token. Results for short pieces are cached, since natural text repeats its
+/// words.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "dsv32/core/error.hpp"
+#include "dsv32/tokenizer/byte_level.hpp"
+
+namespace dsv32::bpe {
+
+/// \addtogroup tokenizer
+/// @{
+
+/// \brief Hash for heterogeneous (`std::string_view`) lookup in string-keyed unordered maps.
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
+};
+
+/// \brief Token text -> id, with lookup by `std::string_view`.
+using Vocabulary = std::unordered_map<std::string, std::int32_t, StringHash, std::equal_to<>>;
+
+/// \brief One merge rule as written in `model.merges`: the left and right token texts.
+using MergeRule = std::pair<std::string, std::string>;
+
+/// \brief Open-addressing map from a pair of token ids to (rank, merged id).
+///
+/// The merge loop looks pairs up more often than anything else; a flat table with linear probing
+/// is several times faster than `std::unordered_map` here.
+class MergeTable {
+ public:
+  /// \brief A merge: its rank (position in `model.merges`) and the id it produces.
+  struct Merge {
+    std::uint32_t rank;
+    std::int32_t new_id;
+  };
+
+  /// \param expected_size number of merges that will be inserted
+  explicit MergeTable(std::size_t expected_size = 0) {
+    std::size_t capacity = 16;
+    while (capacity < expected_size * 2) capacity *= 2;
+    slots_.assign(capacity, Slot{empty_key, {0, 0}});
+    mask_ = capacity - 1;
+  }
+
+  /// \brief Inserts, or overwrites an earlier merge of the same pair (the later rule wins, as in
+  ///        the reference implementation, which collects the rules into a hash map).
+  void insert_or_assign(std::int32_t left, std::int32_t right, Merge merge) {
+    if ((size_ + 1) * 2 > slots_.size()) grow();
+    Slot& slot = probe(key(left, right));
+    if (slot.key == empty_key) ++size_;
+    slot = Slot{key(left, right), merge};
+  }
+
+  /// \brief The merge of the pair (left, right), or nullptr.
+  const Merge* find(std::int32_t left, std::int32_t right) const noexcept {
+    const std::uint64_t k = key(left, right);
+    for (std::size_t i = hash(k) & mask_;; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (slot.key == k) return &slot.merge;
+      if (slot.key == empty_key) return nullptr;
+    }
+  }
+
+  /// \brief Number of distinct pairs.
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  struct Slot {
+    std::uint64_t key;
+    Merge merge;
+  };
+  static constexpr std::uint64_t empty_key = ~std::uint64_t{0};  // ids are < 2^31: never a real key
+
+  static std::uint64_t key(std::int32_t left, std::int32_t right) noexcept {
+    return (std::uint64_t(std::uint32_t(left)) << 32) | std::uint32_t(right);
+  }
+  static std::size_t hash(std::uint64_t k) noexcept {  // murmur3 finaliser
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    k *= 0xc4ceb9fe1a85ec53ULL;
+    k ^= k >> 33;
+    return static_cast<std::size_t>(k);
+  }
+  Slot& probe(std::uint64_t k) noexcept {
+    for (std::size_t i = hash(k) & mask_;; i = (i + 1) & mask_) {
+      if (slots_[i].key == k || slots_[i].key == empty_key) return slots_[i];
+    }
+  }
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(old.size() * 2, Slot{empty_key, {0, 0}});
+    mask_ = slots_.size() - 1;
+    for (const Slot& s : old) {
+      if (s.key != empty_key) probe(s.key) = s;
+    }
+  }
+
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  std::size_t size_ = 0;
+};
+
+/// \brief A bounded, thread-safe cache from piece bytes to token ids.
+///
+/// When full it is cleared and refilled, which keeps memory bounded and adapts to a change of
+/// text. Lookups take a shared lock; an insertion that would wait for the lock is skipped instead
+/// (the reference implementation does the same), so concurrent encoders never block on it for
+/// long.
+class WordCache {
+ public:
+  /// \param capacity maximum number of pieces held; 0 disables the cache
+  explicit WordCache(std::size_t capacity) : capacity_(capacity) {}
+
+  /// \brief Appends the cached ids of `piece` to `out`; false when not cached.
+  bool lookup(std::string_view piece, std::vector<std::int32_t>& out) const {
+    if (capacity_ == 0) return false;
+    std::shared_lock lock(mutex_);
+    const auto it = map_.find(piece);
+    if (it == map_.end()) return false;
+    out.insert(out.end(), it->second.begin(), it->second.end());
+    return true;
+  }
+
+  /// \brief Remembers the ids of `piece`, unless another thread holds the lock.
+  void insert(std::string_view piece, std::span<const std::int32_t> ids) {
+    if (capacity_ == 0) return;
+    std::unique_lock lock(mutex_, std::try_to_lock);
+    if (!lock.owns_lock()) return;
+    if (map_.size() >= capacity_) map_.clear();
+    map_.emplace(std::string(piece), std::vector<std::int32_t>(ids.begin(), ids.end()));
+  }
+
+  /// \brief Maximum number of pieces held.
+  std::size_t capacity() const noexcept { return capacity_; }
+
+ private:
+  std::size_t capacity_;
+  mutable std::shared_mutex mutex_;
+  std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>> map_;
+};
+
+/// \brief Byte-level BPE over a vocabulary and ranked merges.
+class BpeModel {
+ public:
+  /// \brief Settings of the model that are not vocabulary or merges.
+  struct Options {
+    bool ignore_merges = false;         ///< `model.ignore_merges`: a piece that is a vocabulary
+                                        ///< token is emitted whole, before any merging
+    std::size_t cache_capacity = 16384; ///< pieces held by the word cache (0 disables it)
+  };
+
+  /// \brief Pieces at least this long (in bytes) are not cached (as in the reference).
+  static constexpr std::size_t max_cached_piece = 256;
+
+  /// \param vocab   token text (byte-level form) -> id
+  /// \param merges  merge rules in rank order
+  /// \param options see Options
+  /// \param where   file name used in error messages
+  /// \throws Error(invalid_file) when a merge names a token (or produces one) that is not in the
+  ///         vocabulary, or a byte-level character is missing from the vocabulary.
+  BpeModel(Vocabulary vocab, const std::vector<MergeRule>& merges, Options options, std::string_view where)
+      : vocab_(std::move(vocab)), merges_(merges.size()), options_(options), cache_(options.cache_capacity) {
+    for (unsigned b = 0; b < 256; ++b) {
+      std::string symbol;
+      utf8::append_code_point(symbol, byte_to_unicode(static_cast<std::uint8_t>(b)));
+      const auto it = vocab_.find(symbol);
+      if (it == vocab_.end()) {
+        fail(ErrorKind::invalid_file, where, ": model.vocab lacks the byte-level token \"", symbol,
+             "\" for byte 0x", hex_byte(b), "; a byte-level BPE vocabulary must hold all 256 (unk and byte "
+             "fallback are not supported)");
+      }
+      byte_ids_[b] = it->second;
+    }
+    for (std::size_t rank = 0; rank < merges.size(); ++rank) {
+      const auto& [left, right] = merges[rank];
+      const std::int32_t left_id = id_of(left, where, rank, "left token");
+      const std::int32_t right_id = id_of(right, where, rank, "right token");
+      const std::int32_t new_id = id_of(left + right, where, rank, "merged token");
+      merges_.insert_or_assign(left_id, right_id, {static_cast<std::uint32_t>(rank), new_id});
+    }
+  }
+
+  BpeModel(const BpeModel&) = delete;
+  BpeModel& operator=(const BpeModel&) = delete;
+
+  /// \brief Appends the token ids of one pre-tokenized piece of raw bytes to `out`.
+  void tokenize(std::string_view piece, std::vector<std::int32_t>& out) const {
+    if (piece.empty()) return;
+    if (piece.size() == 1) {
+      out.push_back(byte_ids_[static_cast<std::uint8_t>(piece[0])]);
+      return;
+    }
+    if (options_.ignore_merges) {
+      const auto it = vocab_.find(byte_level_encode(piece));
+      if (it != vocab_.end()) {
+        out.push_back(it->second);
+        return;
+      }
+    }
+    if (cache_.lookup(piece, out)) return;
+    const std::size_t first = out.size();
+    merge(piece, out);
+    if (piece.size() < max_cached_piece) {
+      cache_.insert(piece, std::span<const std::int32_t>(out).subspan(first));
+    }
+  }
+
+  /// \brief The id of a token given in byte-level form, if it is in the vocabulary.
+  std::optional<std::int32_t> token_to_id(std::string_view token) const {
+    const auto it = vocab_.find(token);
+    if (it == vocab_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  /// \brief The vocabulary (byte-level token text -> id).
+  const Vocabulary& vocabulary() const noexcept { return vocab_; }
+
+  /// \brief The merge table.
+  const MergeTable& merges() const noexcept { return merges_; }
+
+  /// \brief Vocabulary id of the byte-level character of byte `b`.
+  std::int32_t byte_id(std::uint8_t b) const noexcept { return byte_ids_[b]; }
+
+  /// \brief The options the model was built with.
+  const Options& options() const noexcept { return options_; }
+
+ private:
+  struct Symbol {
+    std::int32_t id;
+    std::int32_t prev;  // index of the previous live symbol, -1 at the start
+    std::int32_t next;  // index of the next live symbol, -1 at the end
+    std::int32_t len;   // bytes covered; 0 once merged into its left neighbour
+  };
+  struct Candidate {
+    std::uint32_t rank;
+    std::int32_t pos;
+    std::int32_t new_id;
+    // Min-heap order on (rank, pos): std::push_heap builds a max-heap, so compare reversed.
+    friend bool operator<(const Candidate& a, const Candidate& b) noexcept {
+      return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+    }
+  };
+
+  void merge(std::string_view piece, std::vector<std::int32_t>& out) const {
+    thread_local std::vector<Symbol> symbols;
+    thread_local std::vector<Candidate> heap;
+    symbols.clear();
+    heap.clear();
+    const auto n = static_cast<std::int32_t>(piece.size());
+    for (std::int32_t i = 0; i < n; ++i) {
+      symbols.push_back({byte_ids_[static_cast<std::uint8_t>(piece[i])], i - 1, i + 1 < n ? i + 1 : -1, 1});
+    }
+    auto push_candidate = [&](std::int32_t pos) {
+      const Symbol& s = symbols[pos];
+      if (s.next < 0) return;
+      if (const MergeTable::Merge* m = merges_.find(s.id, symbols[s.next].id)) {
+        heap.push_back({m->rank, pos, m->new_id});
+        std::push_heap(heap.begin(), heap.end());
+      }
+    };
+    for (std::int32_t i = 0; i + 1 < n; ++i) push_candidate(i);
+    while (!heap.empty()) {
+      std::pop_heap(heap.begin(), heap.end());
+      const Candidate top = heap.back();
+      heap.pop_back();
+      Symbol& current = symbols[top.pos];
+      if (current.len == 0 || current.next < 0) continue;
+      const Symbol right = symbols[current.next];
+      const MergeTable::Merge* m = merges_.find(current.id, right.id);
+      if (m == nullptr || m->new_id != top.new_id) continue;  // stale entry
+      symbols[current.next].len = 0;
+      current.id = top.new_id;
+      current.len += right.len;
+      current.next = right.next;
+      if (right.next >= 0) symbols[right.next].prev = top.pos;
+      if (current.prev >= 0) push_candidate(current.prev);
+      push_candidate(top.pos);
+    }
+    for (const Symbol& s : symbols) {
+      if (s.len > 0) out.push_back(s.id);
+    }
+  }
+
+  std::int32_t id_of(const std::string& token, std::string_view where, std::size_t rank, const char* role) const {
+    const auto it = vocab_.find(token);
+    if (it == vocab_.end()) {
+      fail(ErrorKind::invalid_file, where, ": model.merges[", rank, "]: ", role, " \"", token,
+           "\" is not in model.vocab");
+    }
+    return it->second;
+  }
+
+  static std::string hex_byte(unsigned b) {
+    static constexpr char digits[] = "0123456789ABCDEF";
+    return {digits[b >> 4], digits[b & 15]};
+  }
+
+  Vocabulary vocab_;
+  std::array<std::int32_t, 256> byte_ids_{};
+  MergeTable merges_;
+  Options options_;
+  mutable WordCache cache_;
+};
+
+/// @}
+
+}  // namespace dsv32::bpe
