@@ -1,0 +1,120 @@
+// Tests of dsv32/io/mmap.hpp: MappedFile maps whole files read-only and reports OS errors as
+// ErrorKind::io with the path and the reason.
+#include "dsv32/io/mmap.hpp"
+
+#include <doctest/doctest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <string_view>
+#include <utility>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    static std::atomic<int> counter{0};
+    path = fs::temp_directory_path() /
+           ("dsv32_test_mmap_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+};
+
+void write_file(const fs::path& p, std::string_view bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Runs f, which must throw dsv32::Error of `kind` whose message holds every piece of `parts`.
+template <class F>
+void check_error(F&& f, dsv32::ErrorKind kind, std::initializer_list<std::string_view> parts) {
+  try {
+    f();
+    FAIL("expected dsv32::Error(", std::string(dsv32::to_string(kind)), ") but nothing was thrown");
+  } catch (const dsv32::Error& e) {
+    const std::string what = e.what();
+    INFO("message: ", what);
+    CHECK(std::string(dsv32::to_string(e.kind())) == dsv32::to_string(kind));
+    for (std::string_view p : parts) CHECK_MESSAGE(what.find(p) != std::string::npos, "missing: ", p);
+  }
+}
+
+}  // namespace
+
+TEST_SUITE("io/mmap") {
+
+TEST_CASE("MappedFile maps a file's bytes and moves ownership") {
+  TempDir dir;
+  const fs::path p = dir.path / "data.bin";
+  const std::string content = "hello, mapped world";
+  write_file(p, content);
+
+  dsv32::MappedFile m(p);
+  REQUIRE(m.size() == content.size());
+  CHECK_FALSE(m.empty());
+  CHECK(m.path() == p);
+  CHECK(std::memcmp(m.data(), content.data(), content.size()) == 0);
+  CHECK(m.bytes().size() == content.size());
+  m.advise(dsv32::MappedFile::Advice::will_need);
+  m.advise(dsv32::MappedFile::Advice::sequential, 3, 4);
+  m.advise(dsv32::MappedFile::Advice::random, 1000);  // past the end: ignored
+
+  const std::byte* data = m.data();
+  dsv32::MappedFile moved(std::move(m));
+  CHECK(moved.data() == data);
+  CHECK(moved.size() == content.size());
+  CHECK(m.data() == nullptr);  // NOLINT(bugprone-use-after-move): a moved-from file is empty
+  CHECK(m.size() == 0);
+
+  dsv32::MappedFile assigned;
+  assigned = std::move(moved);
+  CHECK(assigned.data() == data);
+  CHECK(std::memcmp(assigned.data(), content.data(), content.size()) == 0);
+}
+
+TEST_CASE("MappedFile maps an empty file as nothing") {
+  TempDir dir;
+  const fs::path p = dir.path / "empty.bin";
+  write_file(p, "");
+  dsv32::MappedFile m(p);
+  CHECK(m.size() == 0);
+  CHECK(m.data() == nullptr);
+  CHECK(m.empty());
+  m.advise(dsv32::MappedFile::Advice::will_need);
+}
+
+TEST_CASE("MappedFile reports OS errors as ErrorKind::io with the path and reason") {
+  TempDir dir;
+  const fs::path missing = dir.path / "missing.bin";
+  check_error([&] { dsv32::MappedFile m(missing); }, dsv32::ErrorKind::io,
+              {missing.string(), "No such file or directory"});
+  check_error([&] { dsv32::MappedFile m(dir.path); }, dsv32::ErrorKind::io, {dir.path.string(), "directory"});
+
+  const fs::path fifo = dir.path / "fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  check_error([&] { dsv32::MappedFile m(fifo); }, dsv32::ErrorKind::io, {fifo.string(), "not a regular file"});
+
+  if (::geteuid() != 0) {  // root reads anything
+    const fs::path locked = dir.path / "locked.bin";
+    write_file(locked, "secret");
+    fs::permissions(locked, fs::perms::none);
+    check_error([&] { dsv32::MappedFile m(locked); }, dsv32::ErrorKind::io, {locked.string(), "Permission denied"});
+  }
+}
+
+}  // TEST_SUITE
