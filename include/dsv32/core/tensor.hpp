@@ -17,6 +17,7 @@
 #include <string>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "dsv32/backend/backend.hpp"
 #include "dsv32/core/error.hpp"
@@ -57,6 +58,8 @@ class Shape {
       if (a.dims_[i] != b.dims_[i]) return false;
     return true;
   }
+  /// \brief The dimensions as a vector.
+  std::vector<std::int64_t> dims() const { return std::vector<std::int64_t>(dims_.begin(), dims_.begin() + rank_); }
   /// \brief "[a, b, c]".
   std::string str() const {
     std::ostringstream os;

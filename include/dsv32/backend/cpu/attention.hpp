@@ -89,7 +89,8 @@ inline std::int64_t top_k(const float* scores, std::int64_t n, std::int64_t k, s
 
 namespace detail {
 /// In-place f32 softmax over p[0, n); then each probability rounded to bf16, as the reference casts
-/// the probabilities to the value dtype before the weighted sum.
+/// the probabilities to the value dtype before the weighted sum. Like PyTorch's softmax kernel it
+/// multiplies by the reciprocal of the sum (the golden vectors come from PyTorch).
 inline void softmax_to_bf16(float* p, std::int64_t n) {
   float mx = -INFINITY;
   for (std::int64_t j = 0; j < n; ++j) mx = std::max(mx, p[j]);
@@ -98,7 +99,8 @@ inline void softmax_to_bf16(float* p, std::int64_t n) {
     p[j] = std::exp(p[j] - mx);
     sum += p[j];
   }
-  for (std::int64_t j = 0; j < n; ++j) p[j] = round_bf16(p[j] / sum);
+  const float inv = 1.0f / sum;
+  for (std::int64_t j = 0; j < n; ++j) p[j] = round_bf16(p[j] * inv);
 }
 }  // namespace detail
 

@@ -93,32 +93,33 @@ void dense_product(const float* x, std::int64_t m, const WeightView& w, Store&& 
   });
 }
 
-/// Y = dequant(Xq) dequant(W)^T block by block: per 128-wide K block the f32 product of E4M3 values
-/// times a_scale[m, kb] * w_scale[n / 128, kb], summed over K blocks in f32.
+/// Y = dequant(Xq) dequant(W)^T block by block: per 128-wide K block the dot product of E4M3 values,
+/// computed exactly (in double: every product and partial sum of E4M3 values is representable) and
+/// rounded once to f32, times a_scale[m, kb] * w_scale[n / 128, kb], summed over K blocks in f32 —
+/// the reference's arithmetic exactly, which matters because quantized sums often land exactly on
+/// bf16 rounding midpoints.
 template <class Store>
 void fp8_product(const std::uint8_t* xq, const float* xs, std::int64_t m, const WeightView& w, Store&& store) {
+  using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const std::int64_t k = w.in, n = w.out, kb_count = k / kBlockSize, sc = w.scale_cols();
-  std::vector<float> xf(static_cast<std::size_t>(m * k));
-  for (std::int64_t i = 0; i < m * k; ++i) xf[i] = decode_e4m3(xq[i]);
+  RowMatrixD xd(m, k);
+  for (std::int64_t i = 0; i < m * k; ++i) xd.data()[i] = decode_e4m3(xq[i]);
   const auto* wq = static_cast<const std::uint8_t*>(w.data);
   parallel_for((n + kBlockSize - 1) / kBlockSize, [&](std::int64_t nb) {
     const std::int64_t n0 = nb * kBlockSize, rows = std::min(kBlockSize, n - n0);
     Eigen::Map<RowMatrixF> acc(thread_scratch(1, static_cast<std::size_t>(m * rows)), m, rows);
     acc.setZero();
-    float* wblock = thread_scratch(0, static_cast<std::size_t>(rows * kBlockSize));
-    RowMatrixF partial(m, rows);
-    Eigen::VectorXf row_scale(m);
+    RowMatrixD wblock(rows, kBlockSize), partial(m, rows);
     for (std::int64_t kb = 0; kb < kb_count; ++kb) {
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t c = 0; c < kBlockSize; ++c)
-          wblock[r * kBlockSize + c] = decode_e4m3(wq[(n0 + r) * k + kb * kBlockSize + c]);
-      const Eigen::Map<const RowMatrixF> W(wblock, rows, kBlockSize);
-      const Eigen::Map<const RowMatrixF, 0, Eigen::OuterStride<>> X(xf.data() + kb * kBlockSize, m, kBlockSize,
-                                                                    Eigen::OuterStride<>(k));
-      partial.noalias() = X * W.transpose();
+          wblock(r, c) = decode_e4m3(wq[(n0 + r) * k + kb * kBlockSize + c]);
+      partial.noalias() = xd.middleCols(kb * kBlockSize, kBlockSize) * wblock.transpose();
       const float ws = w.scale[nb * sc + kb];
-      for (std::int64_t i = 0; i < m; ++i) row_scale[i] = xs[i * kb_count + kb] * ws;
-      acc.array() += partial.array().colwise() * row_scale.array();
+      for (std::int64_t i = 0; i < m; ++i) {
+        const float row_scale = xs[i * kb_count + kb] * ws;
+        for (std::int64_t j = 0; j < rows; ++j) acc(i, j) += static_cast<float>(partial(i, j)) * row_scale;
+      }
     }
     store(n0, rows, acc.data());
   });
