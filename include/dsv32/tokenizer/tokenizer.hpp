@@ -123,6 +123,38 @@ inline std::shared_ptr<const TokenizerCore> build_tokenizer_core(const nlohmann:
   std::vector<bpe::AddedToken> added;
   if (const auto node = root.get("added_tokens")) added = bpe::parse_added_tokens(*node);
 
+  // The reference implementation does not take added-token ids from the file: it gives each one,
+  // in file order, its model.vocab id if it has one, else the next id after the vocabulary and
+  // the added tokens so far (AddedVocabulary::add_tokens), and only warns when that differs from
+  // the file. A file whose ids differ would therefore encode differently from what it says;
+  // refuse it instead of choosing silently.
+  {
+    const auto model_size = static_cast<std::int64_t>(core->model->vocabulary().size());
+    std::int64_t max_added = -1;
+    std::unordered_map<std::string_view, std::size_t> seen;
+    for (std::size_t i = 0; i < added.size(); ++i) {
+      if (const auto [it, inserted] = seen.emplace(added[i].content, i); !inserted) {
+        fail(ErrorKind::invalid_file, tokenizer_file, ": added_tokens[", i, "]: token \"", added[i].content,
+             "\" is already added_tokens[", it->second, "]");
+      }
+      const std::optional<std::int32_t> vocab_id = core->model->token_to_id(added[i].content);
+      std::int64_t expected = 0;
+      if (vocab_id) {
+        expected = *vocab_id;
+      } else if (max_added < 0) {
+        expected = model_size;
+      } else {
+        expected = max_added >= model_size || model_size == 0 ? max_added + 1 : model_size;
+      }
+      max_added = std::max(max_added, expected);
+      if (added[i].id != expected) {
+        fail(ErrorKind::invalid_file, tokenizer_file, ": added_tokens[", i, "]: token \"", added[i].content,
+             "\" has id ", added[i].id, ", but the reference implementation assigns it id ", expected,
+             vocab_id ? " (its id in model.vocab)" : " (added tokens not in model.vocab follow on after it)");
+      }
+    }
+  }
+
   // id -> text: the model's vocabulary, then the added tokens (which take precedence, as in the
   // reference's id_to_token), checking that the two agree where they overlap.
   std::int32_t max_id = -1;
@@ -138,19 +170,13 @@ inline std::shared_ptr<const TokenizerCore> build_tokenizer_core(const nlohmann:
   for (std::size_t i = 0; i < added.size(); ++i) {
     const bpe::AddedToken& t = added[i];
     const auto where = [&] { return tokenizer_file + ": added_tokens[" + std::to_string(i) + "]"; };
-    if (const auto vocab_id = core->model->token_to_id(t.content); vocab_id && *vocab_id != t.id) {
-      fail(ErrorKind::invalid_file, where(), ": token \"", t.content, "\" has id ", t.id,
-           " but model.vocab gives it id ", *vocab_id);
-    }
     auto& slot = core->token_text[static_cast<std::size_t>(t.id)];
     const bool in_vocab = core->flags[static_cast<std::size_t>(t.id)] & TokenizerCore::known;
     if (in_vocab && slot != t.content) {
       fail(ErrorKind::invalid_file, where(), ": id ", t.id, " of \"", t.content, "\" belongs to \"", slot,
            "\" in model.vocab");
     }
-    if (const auto [it, inserted] = core->added_ids.emplace(t.content, t.id); !inserted) {
-      fail(ErrorKind::invalid_file, where(), ": token \"", t.content, "\" is listed twice");
-    }
+    core->added_ids.emplace(t.content, t.id);
     if (!in_vocab && (core->flags[static_cast<std::size_t>(t.id)] & TokenizerCore::known)) {
       fail(ErrorKind::invalid_file, where(), ": id ", t.id, " is given to both \"", slot, "\" and \"", t.content, "\"");
     }

@@ -1,0 +1,185 @@
+// dsv32-tokenize: encode text to token ids, decode ids to text, or render a chat with the
+// DeepSeek-V3 tokenizer files (tokenizer.json + tokenizer_config.json) — see --help.
+#include <cstdint>
+#include <cstdlib>
+#include <iostream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv32/tokenizer.hpp"
+
+namespace {
+
+constexpr std::string_view usage = R"(usage: dsv32-tokenize [--tokenizer DIR] [MODE] [--text TEXT]
+
+Reads TEXT (or standard input) and writes the result to standard output.
+
+modes:
+  (default)        encode the text; prints the token ids as a JSON array
+  --decode         the input is a JSON array of token ids; prints their text
+  --chat           the input is a JSON object {"messages": [{"role": ..., "content": ...}, ...],
+                   "add_generation_prompt": true|false}; prints the prompt rendered with the
+                   DeepSeek-V3 chat template
+
+options:
+  --tokenizer DIR  directory holding tokenizer.json and tokenizer_config.json
+                   (default: the environment variable DSV32_TOKENIZER_DIR)
+  --text TEXT      use TEXT as input instead of standard input
+  --add-special    encode: prepend bos as tokenizer_config.json's add_bos_token says
+  --skip-special   decode: leave out special tokens (bos, eos, ...)
+  --ids            chat: print the prompt's token ids (JSON array) instead of its text
+  --help           print this help
+
+Ids are printed as one JSON array followed by a newline; text is printed exactly, with no newline
+added. Errors go to standard error, with exit status 1 (2 for bad arguments).
+)";
+
+struct Arguments {
+  std::optional<std::string> tokenizer_dir;
+  std::optional<std::string> text;
+  bool decode = false;
+  bool chat = false;
+  bool add_special = false;
+  bool skip_special = false;
+  bool ids = false;
+};
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::cerr << "dsv32-tokenize: " << message << "\n(run dsv32-tokenize --help for usage)\n";
+  std::exit(2);
+}
+
+Arguments parse_arguments(int argc, char** argv) {
+  Arguments args;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(std::string(arg) + " needs a value");
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      std::cout << usage;
+      std::exit(0);
+    } else if (arg == "--tokenizer") {
+      args.tokenizer_dir = value();
+    } else if (arg == "--text") {
+      args.text = value();
+    } else if (arg == "--decode") {
+      args.decode = true;
+    } else if (arg == "--chat") {
+      args.chat = true;
+    } else if (arg == "--add-special") {
+      args.add_special = true;
+    } else if (arg == "--skip-special") {
+      args.skip_special = true;
+    } else if (arg == "--ids") {
+      args.ids = true;
+    } else {
+      usage_error("unknown argument '" + std::string(arg) + "'");
+    }
+  }
+  if (args.decode && args.chat) usage_error("--decode and --chat exclude each other");
+  if (args.skip_special && !args.decode) usage_error("--skip-special applies to --decode only");
+  if (args.ids && !args.chat) usage_error("--ids applies to --chat only");
+  if (args.add_special && (args.decode || args.chat)) usage_error("--add-special applies to encoding only");
+  if (!args.tokenizer_dir) {
+    if (const char* env = std::getenv("DSV32_TOKENIZER_DIR"); env != nullptr && *env != '\0') {
+      args.tokenizer_dir = env;
+    } else {
+      usage_error("no tokenizer: pass --tokenizer DIR (a directory with tokenizer.json and "
+                  "tokenizer_config.json) or set DSV32_TOKENIZER_DIR");
+    }
+  }
+  return args;
+}
+
+std::string read_input(const Arguments& args) {
+  if (args.text) return *args.text;
+  std::string input(std::istreambuf_iterator<char>(std::cin), {});
+  if (std::cin.bad()) throw dsv32::Error(dsv32::ErrorKind::io, "cannot read standard input");
+  return input;
+}
+
+nlohmann::json parse_json_input(const std::string& input, const char* what) {
+  try {
+    return nlohmann::json::parse(input);
+  } catch (const nlohmann::json::parse_error& e) {
+    dsv32::fail(dsv32::ErrorKind::invalid_argument, "input is not valid JSON (expected ", what, "): ", e.what());
+  }
+}
+
+std::vector<std::int32_t> parse_ids(const nlohmann::json& j) {
+  if (!j.is_array()) {
+    dsv32::fail(dsv32::ErrorKind::invalid_argument, "expected a JSON array of token ids, found ", j.type_name());
+  }
+  std::vector<std::int32_t> ids;
+  ids.reserve(j.size());
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const nlohmann::json& v = j[i];
+    const bool in_range = v.is_number_integer() && (v.is_number_unsigned() ? v.get<std::uint64_t>() <= INT32_MAX
+                                                                          : v.get<std::int64_t>() >= INT32_MIN &&
+                                                                                v.get<std::int64_t>() <= INT32_MAX);
+    if (!in_range) {
+      dsv32::fail(dsv32::ErrorKind::invalid_argument, "element ", i, " of the id array is not a 32-bit integer: ",
+                  v.dump());
+    }
+    ids.push_back(static_cast<std::int32_t>(v.get<std::int64_t>()));
+  }
+  return ids;
+}
+
+void print_ids(const std::vector<std::int32_t>& ids) { std::cout << nlohmann::json(ids).dump() << '\n'; }
+
+int run(const Arguments& args) {
+  const auto tokenizer = dsv32::Tokenizer::from_directory(*args.tokenizer_dir);
+  const std::string input = read_input(args);
+  if (args.decode) {
+    std::cout << tokenizer.decode(parse_ids(parse_json_input(input, "an array of token ids")), args.skip_special);
+  } else if (args.chat) {
+    const nlohmann::json request = parse_json_input(input, "a chat object");
+    if (!request.is_object()) {
+      dsv32::fail(dsv32::ErrorKind::invalid_argument,
+                  "expected a JSON object {\"messages\": [...], \"add_generation_prompt\": ...}, found ",
+                  request.type_name());
+    }
+    const auto messages = request.find("messages");
+    if (messages == request.end()) dsv32::fail(dsv32::ErrorKind::invalid_argument, "missing field \"messages\"");
+    bool add_generation_prompt = false;
+    if (const auto flag = request.find("add_generation_prompt"); flag != request.end()) {
+      if (!flag->is_boolean()) {
+        dsv32::fail(dsv32::ErrorKind::invalid_argument, "\"add_generation_prompt\" must be true or false, found ",
+                    flag->dump());
+      }
+      add_generation_prompt = flag->get<bool>();
+    }
+    const std::string prompt =
+        tokenizer.apply_chat_template(dsv32::chat_messages_from_json(*messages), add_generation_prompt);
+    if (args.ids) {
+      print_ids(tokenizer.encode(prompt));
+    } else {
+      std::cout << prompt;
+    }
+  } else {
+    print_ids(tokenizer.encode(input, args.add_special));
+  }
+  std::cout.flush();
+  if (!std::cout) throw dsv32::Error(dsv32::ErrorKind::io, "cannot write to standard output");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Arguments args = parse_arguments(argc, argv);
+  try {
+    return run(args);
+  } catch (const std::exception& e) {
+    std::cerr << "dsv32-tokenize: " << e.what() << '\n';
+    return 1;
+  }
+}
