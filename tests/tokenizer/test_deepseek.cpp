@@ -160,3 +160,38 @@ TEST_CASE("deepseek: long inputs (runs of whitespace, digits, one long word)") {
   const std::string word(20000, 'q');
   CHECK(tokenizer().decode(tokenizer().encode(word)) == word);
 }
+
+TEST_CASE("deepseek: the scan and heap merge loops give the same ids") {
+  const nlohmann::json file = dsv32::bpe::read_json_file(deepseek::data_dir() + "/tokenizer.json");
+  const dsv32::bpe::JsonNode root(file, "tokenizer.json");
+  const auto model = dsv32::bpe::parse_bpe_model(root.at("model"), 0);
+  const auto pre = dsv32::bpe::parse_pre_tokenizer(root.at("pre_tokenizer"));
+  std::vector<std::string> pieces;
+  for (const auto& c : cases("encode_cases.json").at("cases")) {
+    pre.pre_tokenize(c.at("text").get<std::string>(), [&](std::string_view p) { pieces.emplace_back(p); });
+  }
+  for (const auto& c : cases("reference_cases.json").at("encode")) {
+    pre.pre_tokenize(c.at("text").get<std::string>(), [&](std::string_view p) { pieces.emplace_back(p); });
+  }
+  std::uint32_t state = 12345;  // a fixed LCG: the same pieces on every platform
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  static constexpr std::string_view letters = "etaoinshrdlucmfwyp   \n\t0123456789.,;'";
+  for (int i = 0; i < 3000; ++i) {
+    std::string word;
+    const std::size_t length = 1 + next() % 200;
+    for (std::size_t k = 0; k < length; ++k) {
+      word += i % 3 == 0 ? static_cast<char>(next() >> 24) : letters[(next() >> 16) % letters.size()];
+    }
+    pieces.push_back(word);
+  }
+  int mismatches = 0;
+  for (const auto& piece : pieces) {
+    Ids by_scan;
+    Ids by_heap;
+    model->merge_by_scan(piece, by_scan);
+    model->merge_by_heap(piece, by_heap);
+    mismatches += by_scan != by_heap;
+  }
+  CHECK(pieces.size() > 4000);
+  CHECK(mismatches == 0);
+}

@@ -7,18 +7,19 @@
 /// is merged — leftmost first among equal ranks — until no adjacent pair has a merge. The loop is
 /// the one of the reference implementation (`Word::merge_all`): a min-heap of candidate merges
 /// keyed by (rank, position), stale entries skipped when the pair at that position no longer
-/// produces the same token. Results for short pieces are cached, since natural text repeats its
-/// words.
+/// produces the same token. Results for short pieces are cached per thread, since natural text
+/// repeats its words.
 #pragma once
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
-#include <mutex>
+#include <memory>
 #include <optional>
-#include <shared_mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -125,44 +126,82 @@ class MergeTable {
   std::size_t size_ = 0;
 };
 
-/// \brief A bounded, thread-safe cache from piece bytes to token ids.
+/// \brief A bounded cache from piece bytes to token ids: a direct-mapped table of one-cache-line
+///        entries, filled without allocating.
 ///
-/// When full it is cleared and refilled, which keeps memory bounded and adapts to a change of
-/// text. Lookups take a shared lock; an insertion that would wait for the lock is skipped instead
-/// (the reference implementation does the same), so concurrent encoders never block on it for
-/// long.
+/// Pieces longer than max_piece bytes, or that merge into more than max_ids tokens, are not cached
+/// (they are rare and long, so merging dominates anyway). A new entry replaces whatever was in its
+/// slot, which keeps recent words. A WordCache is not thread-safe: BpeModel gives each thread its
+/// own (see BpeModel::tokenize), so encoding never takes a lock.
 class WordCache {
  public:
-  /// \param capacity maximum number of pieces held; 0 disables the cache
-  explicit WordCache(std::size_t capacity) : capacity_(capacity) {}
+  static constexpr std::size_t max_piece = 22;  ///< longest cached piece, in bytes
+  static constexpr std::size_t max_ids = 8;     ///< most ids a cached piece may merge into
 
-  /// \brief Appends the cached ids of `piece` to `out`; false when not cached.
-  bool lookup(std::string_view piece, std::vector<std::int32_t>& out) const {
-    if (capacity_ == 0) return false;
-    std::shared_lock lock(mutex_);
-    const auto it = map_.find(piece);
-    if (it == map_.end()) return false;
-    out.insert(out.end(), it->second.begin(), it->second.end());
+  /// \param capacity number of entries, rounded up to a power of two (at least 1)
+  explicit WordCache(std::size_t capacity) {
+    std::size_t n = 1;
+    while (n < capacity) n *= 2;
+    entries_.assign(n, Entry{});
+    mask_ = n - 1;
+  }
+
+  /// \brief Hash of a piece of at most max_piece bytes.
+  static std::uint64_t hash(std::string_view piece) noexcept {
+    std::uint64_t words[3] = {0, 0, 0};
+    std::memcpy(words, piece.data(), std::min(piece.size(), sizeof words));
+    std::uint64_t h = piece.size() * 0x9E3779B97F4A7C15ULL;
+    for (std::uint64_t w : words) {
+      h ^= w;
+      h *= 0xff51afd7ed558ccdULL;
+      h ^= h >> 32;
+    }
+    return h | 1;  // 0 marks an empty entry
+  }
+
+  /// \brief Appends the ids cached for `piece` (hashed as `h`) to `out`; false when absent.
+  bool lookup(std::string_view piece, std::uint64_t h, std::vector<std::int32_t>& out) const {
+    const Entry& e = entries_[(h >> 20) & mask_];
+    if (e.hash != h || e.piece_size != piece.size() || std::memcmp(e.piece, piece.data(), piece.size()) != 0) {
+      return false;
+    }
+    out.insert(out.end(), e.ids, e.ids + e.id_count);
     return true;
   }
 
-  /// \brief Remembers the ids of `piece`, unless another thread holds the lock.
-  void insert(std::string_view piece, std::span<const std::int32_t> ids) {
-    if (capacity_ == 0) return;
-    std::unique_lock lock(mutex_, std::try_to_lock);
-    if (!lock.owns_lock()) return;
-    if (map_.size() >= capacity_) map_.clear();
-    map_.emplace(std::string(piece), std::vector<std::int32_t>(ids.begin(), ids.end()));
+  /// \brief Remembers the ids of `piece` (hashed as `h`) if it is small enough.
+  void insert(std::string_view piece, std::uint64_t h, std::span<const std::int32_t> ids) noexcept {
+    if (piece.size() > max_piece || ids.size() > max_ids) return;
+    Entry& e = entries_[(h >> 20) & mask_];
+    e.hash = h;
+    e.piece_size = static_cast<std::uint8_t>(piece.size());
+    e.id_count = static_cast<std::uint8_t>(ids.size());
+    std::memcpy(e.piece, piece.data(), piece.size());
+    std::copy(ids.begin(), ids.end(), e.ids);
   }
 
-  /// \brief Maximum number of pieces held.
-  std::size_t capacity() const noexcept { return capacity_; }
+  /// \brief Number of entries.
+  std::size_t capacity() const noexcept { return entries_.size(); }
 
  private:
-  std::size_t capacity_;
-  mutable std::shared_mutex mutex_;
-  std::unordered_map<std::string, std::vector<std::int32_t>, StringHash, std::equal_to<>> map_;
+  struct Entry {
+    std::uint64_t hash = 0;
+    std::uint8_t piece_size = 0;
+    std::uint8_t id_count = 0;
+    char piece[max_piece] = {};
+    std::int32_t ids[max_ids] = {};
+  };
+  static_assert(sizeof(Entry) == 64, "one entry per cache line");
+
+  std::vector<Entry> entries_;
+  std::size_t mask_ = 0;
 };
+
+namespace detail {
+/// Distinct id of every BpeModel ever constructed, so that a thread's caches never serve a
+/// model that merely reuses the address of a destroyed one.
+inline std::atomic<std::uint64_t> next_bpe_model_id{1};
+}  // namespace detail
 
 /// \brief Byte-level BPE over a vocabulary and ranked merges.
 class BpeModel {
@@ -171,11 +210,8 @@ class BpeModel {
   struct Options {
     bool ignore_merges = false;         ///< `model.ignore_merges`: a piece that is a vocabulary
                                         ///< token is emitted whole, before any merging
-    std::size_t cache_capacity = 16384; ///< pieces held by the word cache (0 disables it)
+    std::size_t cache_capacity = 16384; ///< entries of each thread's word cache (0 disables it)
   };
-
-  /// \brief Pieces at least this long (in bytes) are not cached (as in the reference).
-  static constexpr std::size_t max_cached_piece = 256;
 
   /// \param vocab   token text (byte-level form) -> id
   /// \param merges  merge rules in rank order
@@ -184,7 +220,7 @@ class BpeModel {
   /// \throws Error(invalid_file) when a merge names a token (or produces one) that is not in the
   ///         vocabulary, or a byte-level character is missing from the vocabulary.
   BpeModel(Vocabulary vocab, const std::vector<MergeRule>& merges, Options options, std::string_view where)
-      : vocab_(std::move(vocab)), merges_(merges.size()), options_(options), cache_(options.cache_capacity) {
+      : vocab_(std::move(vocab)), merges_(merges.size()), options_(options), id_(detail::next_bpe_model_id++) {
     for (unsigned b = 0; b < 256; ++b) {
       std::string symbol;
       utf8::append_code_point(symbol, byte_to_unicode(static_cast<std::uint8_t>(b)));
@@ -222,12 +258,16 @@ class BpeModel {
         return;
       }
     }
-    if (cache_.lookup(piece, out)) return;
+    WordCache* cache = piece.size() <= WordCache::max_piece ? thread_cache() : nullptr;
+    if (cache == nullptr) {
+      merge(piece, out);
+      return;
+    }
+    const std::uint64_t h = WordCache::hash(piece);
+    if (cache->lookup(piece, h, out)) return;
     const std::size_t first = out.size();
     merge(piece, out);
-    if (piece.size() < max_cached_piece) {
-      cache_.insert(piece, std::span<const std::int32_t>(out).subspan(first));
-    }
+    cache->insert(piece, h, std::span<const std::int32_t>(out).subspan(first));
   }
 
   /// \brief The id of a token given in byte-level form, if it is in the vocabulary.
@@ -249,24 +289,23 @@ class BpeModel {
   /// \brief The options the model was built with.
   const Options& options() const noexcept { return options_; }
 
- private:
-  struct Symbol {
-    std::int32_t id;
-    std::int32_t prev;  // index of the previous live symbol, -1 at the start
-    std::int32_t next;  // index of the next live symbol, -1 at the end
-    std::int32_t len;   // bytes covered; 0 once merged into its left neighbour
-  };
-  struct Candidate {
-    std::uint32_t rank;
-    std::int32_t pos;
-    std::int32_t new_id;
-    // Min-heap order on (rank, pos): std::push_heap builds a max-heap, so compare reversed.
-    friend bool operator<(const Candidate& a, const Candidate& b) noexcept {
-      return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
-    }
-  };
-
+  /// \brief Appends the ids of one piece, merged without the cache.
   void merge(std::string_view piece, std::vector<std::int32_t>& out) const {
+    if (piece.size() <= scan_merge_limit) {
+      merge_by_scan(piece, out);
+    } else {
+      merge_by_heap(piece, out);
+    }
+  }
+
+  /// \brief Pieces up to this many bytes are merged by merge_by_scan(), longer ones by
+  ///        merge_by_heap(). Both give the same ids; the scan is faster for short pieces, the
+  ///        heap keeps long ones (whitespace runs, CJK runs) from going quadratic.
+  static constexpr std::size_t scan_merge_limit = 128;
+
+  /// \brief The merge loop of the reference implementation (see the file description): a heap of
+  ///        candidate merges keyed by (rank, position), stale entries skipped. O(n log n).
+  void merge_by_heap(std::string_view piece, std::vector<std::int32_t>& out) const {
     thread_local std::vector<Symbol> symbols;
     thread_local std::vector<Candidate> heap;
     symbols.clear();
@@ -306,6 +345,87 @@ class BpeModel {
     }
   }
 
+  /// \brief Repeatedly merges the adjacent pair of lowest (rank, position). O(n^2), no heap.
+  ///
+  /// Gives the ids of merge_by_heap(): the heap's top valid entry is always the live pair of
+  /// lowest (rank, position), because every live pair was pushed when it formed, and a stale
+  /// entry never passes the heap's check — a pair at a position only changes by growing its byte
+  /// span, so it can never again produce the same token (same text, same length).
+  void merge_by_scan(std::string_view piece, std::vector<std::int32_t>& out) const {
+    constexpr std::uint32_t no_merge = ~std::uint32_t{0};
+    thread_local std::vector<std::int32_t> ids;
+    thread_local std::vector<MergeTable::Merge> pair;  // pair[i]: merge of (ids[i], ids[i + 1])
+    const std::size_t n = piece.size();
+    ids.resize(n);
+    pair.resize(n);
+    for (std::size_t i = 0; i < n; ++i) ids[i] = byte_ids_[static_cast<std::uint8_t>(piece[i])];
+    auto lookup = [&](std::size_t i) {
+      const MergeTable::Merge* m = merges_.find(ids[i], ids[i + 1]);
+      pair[i] = m != nullptr ? *m : MergeTable::Merge{no_merge, 0};
+    };
+    for (std::size_t i = 0; i + 1 < n; ++i) lookup(i);
+    std::size_t size = n;
+    while (size > 1) {
+      std::size_t best = 0;
+      for (std::size_t i = 1; i + 1 < size; ++i) {
+        if (pair[i].rank < pair[best].rank) best = i;
+      }
+      if (pair[best].rank == no_merge) break;
+      ids[best] = pair[best].new_id;
+      --size;
+      for (std::size_t i = best + 1; i < size; ++i) {
+        ids[i] = ids[i + 1];
+        pair[i] = pair[i + 1];
+      }
+      if (best + 1 < size) lookup(best);
+      if (best > 0) lookup(best - 1);
+    }
+    out.insert(out.end(), ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(size));
+  }
+
+ private:
+  struct Symbol {
+    std::int32_t id;
+    std::int32_t prev;  // index of the previous live symbol, -1 at the start
+    std::int32_t next;  // index of the next live symbol, -1 at the end
+    std::int32_t len;   // bytes covered; 0 once merged into its left neighbour
+  };
+  struct Candidate {
+    std::uint32_t rank;
+    std::int32_t pos;
+    std::int32_t new_id;
+    // Min-heap order on (rank, pos): std::push_heap builds a max-heap, so compare reversed.
+    friend bool operator<(const Candidate& a, const Candidate& b) noexcept {
+      return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+    }
+  };
+
+  // This thread's cache for this model, or nullptr when caching is off. Each thread keeps the
+  // caches of the few models it used last; an encoder never waits for another thread.
+  WordCache* thread_cache() const {
+    if (options_.cache_capacity == 0) return nullptr;
+    struct Slot {
+      std::uint64_t model = 0;
+      std::uint64_t last_use = 0;
+      std::unique_ptr<WordCache> cache;
+    };
+    thread_local std::array<Slot, 4> slots;
+    thread_local std::uint64_t clock = 0;
+    ++clock;
+    Slot* victim = &slots[0];
+    for (Slot& slot : slots) {
+      if (slot.model == id_) {
+        slot.last_use = clock;
+        return slot.cache.get();
+      }
+      if (slot.last_use < victim->last_use) victim = &slot;
+    }
+    victim->cache = std::make_unique<WordCache>(options_.cache_capacity);
+    victim->model = id_;
+    victim->last_use = clock;
+    return victim->cache.get();
+  }
+
   std::int32_t id_of(const std::string& token, std::string_view where, std::size_t rank, const char* role) const {
     const auto it = vocab_.find(token);
     if (it == vocab_.end()) {
@@ -324,7 +444,7 @@ class BpeModel {
   std::array<std::int32_t, 256> byte_ids_{};
   MergeTable merges_;
   Options options_;
-  mutable WordCache cache_;
+  std::uint64_t id_;
 };
 
 /// @}
