@@ -33,10 +33,10 @@ class Shape {
   static constexpr int kMaxRank = 4;
 
   constexpr Shape() = default;
-  constexpr Shape(std::initializer_list<std::int64_t> dims) {
-    if (dims.size() > kMaxRank) fail(ErrorKind::invalid_argument, "shape rank ", dims.size(), " > ", kMaxRank);
-    for (std::int64_t d : dims) dims_[rank_++] = d;
-  }
+  /// \brief A shape from up to four dimensions: `Shape{rows, cols}`.
+  template <class... Dims>
+    requires(sizeof...(Dims) <= kMaxRank && (std::is_integral_v<Dims> && ...))
+  constexpr Shape(Dims... dims) noexcept : dims_{static_cast<std::int64_t>(dims)...}, rank_(sizeof...(Dims)) {}
 
   constexpr int rank() const noexcept { return rank_; }
   constexpr std::int64_t operator[](int i) const noexcept { return dims_[i]; }

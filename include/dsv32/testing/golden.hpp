@@ -1,0 +1,288 @@
+/// \file
+/// \brief Golden replay: run a config and checkpoint against reference vectors, call by call.
+///
+/// A scenario directory holds `config.json` (the reference's ModelArgs fields), the checkpoint
+/// `model0-mp1.safetensors`, `manifest.json` (the forward calls the reference made) and
+/// `expected.safetensors` (its logits of every call, indexer picks, and prefill intermediates).
+/// replay_golden() replays every call and reports, per call, the logits error, the indexer top-k
+/// agreement, and for the prefill the expert choices, gate weights and intermediates.
+/// \code
+/// auto report = dsv32::testing::replay_golden<MyConfig>("path/to/scenario");
+/// std::cout << report.summary();
+/// if (!report.passed()) return 1;
+/// \endcode
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv32/config/model_args.hpp"
+#include "dsv32/core/error.hpp"
+#include "dsv32/io/checkpoint.hpp"
+#include "dsv32/io/safetensors.hpp"
+#include "dsv32/layers/transformer.hpp"
+
+namespace dsv32::testing {
+
+/// \defgroup testing Testing
+/// \brief Replaying reference vectors against a config and checkpoint.
+/// @{
+
+/// \brief Pass/fail thresholds (the defaults are the project's acceptance criteria).
+struct GoldenTolerances {
+  double logits = 1e-3;         ///< max |logit error| / max |reference logit|, per call
+  double gate_weights = 1e-3;   ///< relative error of each gate weight (same experts chosen)
+  double intermediates = 2e-2;  ///< max |error| / max |reference| of each prefill intermediate
+};
+
+/// \brief Agreement of one forward call with the reference.
+struct GoldenCallReport {
+  std::size_t index = 0;
+  std::int64_t start_pos = 0, batch = 0, seq = 0;
+  double logits_error = 0;                ///< max |ours - ref| / max |ref|
+  std::int64_t topk_queries = 0;          ///< (layer, sequence, query) picks compared
+  std::int64_t topk_mismatches = 0;       ///< of those, how many differ as sets (visible picks only)
+  std::int64_t gate_rows = 0;             ///< (layer, token) routings compared (prefill only)
+  std::int64_t gate_mismatches = 0;       ///< of those, how many chose other experts
+  double gate_weight_error = 0;           ///< max relative weight error where the experts agree
+  double intermediate_error = 0;          ///< max over the prefill intermediates
+  std::string worst_intermediate;         ///< which one that was
+  std::vector<std::string> notes;         ///< first few disagreements, in words
+};
+
+/// \brief Agreement of a whole scenario.
+struct GoldenReport {
+  std::string scenario;
+  std::vector<GoldenCallReport> calls;
+  GoldenTolerances tolerances;
+
+  /// \brief Whether every call is within the tolerances with identical top-k sets and experts.
+  bool passed() const {
+    for (const auto& c : calls)
+      if (c.logits_error > tolerances.logits || c.topk_mismatches || c.gate_mismatches ||
+          c.gate_weight_error > tolerances.gate_weights || c.intermediate_error > tolerances.intermediates)
+        return false;
+    return !calls.empty();
+  }
+  double max_logits_error() const {
+    double m = 0;
+    for (const auto& c : calls) m = std::max(m, c.logits_error);
+    return m;
+  }
+  /// \brief One line per call and a verdict.
+  std::string summary() const {
+    std::ostringstream os;
+    os << scenario << ": " << calls.size() << " calls, " << (passed() ? "PASS" : "FAIL") << '\n';
+    for (const auto& c : calls) {
+      os << "  call " << c.index << " start_pos " << c.start_pos << " [" << c.batch << "x" << c.seq << "]: logits err "
+         << c.logits_error << ", top-k " << c.topk_queries - c.topk_mismatches << "/" << c.topk_queries << " agree";
+      if (c.gate_rows) os << ", experts " << c.gate_rows - c.gate_mismatches << "/" << c.gate_rows << " agree (weight err " << c.gate_weight_error << ")";
+      if (!c.worst_intermediate.empty()) os << ", intermediates err " << c.intermediate_error << " (" << c.worst_intermediate << ")";
+      os << '\n';
+      for (const auto& n : c.notes) os << "    " << n << '\n';
+    }
+    return os.str();
+  }
+};
+
+namespace detail {
+
+inline std::vector<float> read_f32(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo& t = f.at(name);
+  std::vector<float> v(static_cast<std::size_t>(t.numel()));
+  t.read_as_f32(v.data());
+  return v;
+}
+
+inline std::vector<std::int64_t> read_i64(const SafetensorsFile& f, const std::string& name) {
+  const TensorInfo& t = f.at(name);
+  DSV32_CHECK(t.dtype == DType::I64, invalid_file, t.where(), " must be I64");
+  std::vector<std::int64_t> v(static_cast<std::size_t>(t.numel()));
+  t.copy_to(v.data());
+  return v;
+}
+
+/// max |a - b| / max |b|
+inline double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double err = 0, mx = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    mx = std::max(mx, std::fabs(static_cast<double>(b[i])));
+    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return mx > 0 ? err / mx : err;
+}
+
+/// Records what the model reports during one call.
+class Recorder : public ForwardObserver {
+ public:
+  bool prefill_details = false;
+  std::map<int, std::map<std::pair<std::int64_t, std::int64_t>, std::vector<std::int32_t>>> topk;
+  std::map<std::string, std::vector<float>> activations;
+  std::map<int, std::vector<float>> gate_weights;
+  std::map<int, std::vector<std::int32_t>> gate_experts;
+  std::int64_t gate_k = 0;
+
+  void on_embedding(MatrixView<const bf16> h) override { keep("prefill.embed", h); }
+  void on_indexer_topk(int layer, std::int64_t b, std::int64_t s, std::span<const std::int32_t> p) override {
+    topk[layer][{b, s}].assign(p.begin(), p.end());
+  }
+  void on_attention(int layer, MatrixView<const bf16> out) override {
+    keep("prefill.layers." + std::to_string(layer) + ".attn_out", out);
+  }
+  void on_gate(int layer, MatrixView<const float> w, MatrixView<const std::int32_t> e) override {
+    if (!prefill_details) return;
+    gate_k = w.cols;
+    auto& wv = gate_weights[layer];
+    auto& ev = gate_experts[layer];
+    for (std::int64_t r = 0; r < w.rows; ++r) {
+      wv.insert(wv.end(), w.row(r), w.row(r) + w.cols);
+      ev.insert(ev.end(), e.row(r), e.row(r) + e.cols);
+    }
+  }
+  void on_block(int layer, MatrixView<const bf16> x, MatrixView<const bf16> residual) override {
+    keep("prefill.layers." + std::to_string(layer) + ".x", x);
+    keep("prefill.layers." + std::to_string(layer) + ".residual", residual);
+  }
+
+ private:
+  void keep(const std::string& key, MatrixView<const bf16> m) {
+    if (!prefill_details) return;
+    auto& v = activations[key];
+    v.clear();
+    for (std::int64_t r = 0; r < m.rows; ++r)
+      for (std::int64_t c = 0; c < m.cols; ++c) v.push_back(static_cast<float>(m.row(r)[c]));
+  }
+};
+
+inline void note(GoldenCallReport& r, const std::string& s) {
+  if (r.notes.size() < 8) r.notes.push_back(s);
+}
+
+}  // namespace detail
+
+/// \brief Replays a golden scenario through Transformer<Config, Backend>.
+///
+/// Throws Error if the scenario's config.json disagrees with Config (every field is listed), or its
+/// files are missing or malformed.
+/// \tparam Config  compile-time config the scenario was generated with
+/// \tparam Backend backend tag
+template <class Config, class Backend = Cpu>
+GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenTolerances& tol = {}) {
+  const ModelArgs args = ModelArgs::from_file(dir / "config.json");
+  args.check_matches<Config>((dir / "config.json").string());
+  Transformer<Config, Backend> model(args.runtime);
+  load_checkpoint(model, dir / "model0-mp1.safetensors");
+
+  std::ifstream in(dir / "manifest.json");
+  DSV32_CHECK(in.good(), io, "cannot open ", (dir / "manifest.json").string());
+  nlohmann::json manifest;
+  try {
+    manifest = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    fail(ErrorKind::invalid_file, (dir / "manifest.json").string(), ": ", e.what());
+  }
+  const auto expected = SafetensorsFile::open(dir / "expected.safetensors");
+
+  GoldenReport report;
+  report.scenario = dir.filename().string();
+  report.tolerances = tol;
+  std::size_t index = 0;
+  for (const auto& call : manifest.at("calls")) {
+    const auto tokens = call.at("tokens").get<std::vector<std::vector<std::int32_t>>>();
+    const std::int64_t start = call.at("start_pos").get<std::int64_t>();
+    detail::Recorder rec;
+    rec.prefill_details = index == 0;
+    const Logits logits = model.forward(tokens, start, ForwardOptions{false, &rec});
+
+    GoldenCallReport r;
+    r.index = index;
+    r.start_pos = start;
+    r.batch = logits.batch;
+    r.seq = static_cast<std::int64_t>(tokens[0].size());
+    const std::string step = "step" + std::to_string(index);
+    r.logits_error = detail::relative_error(logits.values, detail::read_f32(*expected, step + ".logits"));
+
+    for (int layer = 0; layer < Config::n_layers; ++layer) {
+      const std::string key = step + ".layers." + std::to_string(layer) + ".topk";
+      const TensorInfo& t = expected->at(key);
+      DSV32_CHECK(t.rank() == 3 && t.shape[0] == r.batch && t.shape[1] == r.seq, invalid_file, t.where(), " has shape ",
+                  t.shape_str(), ", expected [", r.batch, ", ", r.seq, ", k]");
+      const auto ref = detail::read_i64(*expected, key);
+      const std::int64_t k = t.shape[2];
+      for (std::int64_t b = 0; b < r.batch; ++b)
+        for (std::int64_t s = 0; s < r.seq; ++s) {
+          const std::int64_t visible = start + s + 1;
+          std::set<std::int64_t> want, got;
+          for (std::int64_t j = 0; j < k; ++j) {
+            const std::int64_t p = ref[(b * r.seq + s) * k + j];
+            if (p >= 0 && p < visible) want.insert(p);
+          }
+          for (std::int32_t p : rec.topk[layer][{b, s}]) got.insert(p);
+          ++r.topk_queries;
+          if (want != got) {
+            ++r.topk_mismatches;
+            detail::note(r, "layer " + std::to_string(layer) + " sequence " + std::to_string(b) + " query " +
+                                std::to_string(s) + ": indexer picks differ");
+          }
+        }
+    }
+
+    if (index == 0) {
+      for (const auto& [key, ours] : rec.activations) {
+        if (!expected->find(key)) continue;
+        const auto ref = detail::read_f32(*expected, key);
+        DSV32_CHECK(ref.size() == ours.size(), invalid_file, key, " holds ", ref.size(), " values, the model produced ",
+                    ours.size());
+        const double e = detail::relative_error(ours, ref);
+        if (e >= r.intermediate_error) {
+          r.intermediate_error = e;
+          r.worst_intermediate = key;
+        }
+      }
+      for (const auto& [layer, ours_w] : rec.gate_weights) {
+        const std::string base = "prefill.layers." + std::to_string(layer);
+        if (!expected->find(base + ".gate_indices")) continue;
+        const auto ref_e = detail::read_i64(*expected, base + ".gate_indices");
+        const auto ref_w = detail::read_f32(*expected, base + ".gate_weights");
+        const auto& ours_e = rec.gate_experts[layer];
+        const std::int64_t k = rec.gate_k, rows = static_cast<std::int64_t>(ours_e.size()) / k;
+        DSV32_CHECK(static_cast<std::int64_t>(ref_e.size()) == rows * k, invalid_file, base,
+                    ".gate_indices does not match the model's routing shape");
+        for (std::int64_t t = 0; t < rows; ++t) {
+          std::map<std::int64_t, double> want, got;
+          for (std::int64_t j = 0; j < k; ++j) {
+            want[ref_e[t * k + j]] = ref_w[t * k + j];
+            got[ours_e[t * k + j]] = ours_w[t * k + j];
+          }
+          ++r.gate_rows;
+          bool same = want.size() == got.size();
+          for (const auto& [e, w] : want) same = same && got.count(e);
+          if (!same) {
+            ++r.gate_mismatches;
+            detail::note(r, "layer " + std::to_string(layer) + " token " + std::to_string(t) + ": experts differ");
+            continue;
+          }
+          for (const auto& [e, w] : want)
+            r.gate_weight_error = std::max(r.gate_weight_error, std::fabs(got[e] - w) / std::max(std::fabs(w), 1e-30));
+        }
+      }
+    }
+    report.calls.push_back(std::move(r));
+    ++index;
+  }
+  return report;
+}
+
+/// @}
+
+}  // namespace dsv32::testing

@@ -1,0 +1,56 @@
+// Golden replays: every scenario of tests/data/golden (copied from the reference's vectors) replayed
+// call by call through dsv32::testing::replay_golden, checked against the acceptance tolerances:
+// logits within 1e-3 of max |logit|, identical visible indexer picks, identical experts with gate
+// weights within 1e-3, prefill intermediates within 2e-2.
+#include <doctest/doctest.h>
+
+#include <dsv32/dsv32.hpp>
+#include <dsv32/testing/golden.hpp>
+
+#include <string>
+
+namespace {
+
+const std::string kGolden = std::string(DSV32_TEST_DATA) + "/golden/";
+
+template <class Config>
+void check_scenario(const std::string& name) {
+  const auto report = dsv32::testing::replay_golden<Config>(kGolden + name);
+  INFO(report.summary());
+  REQUIRE(!report.calls.empty());
+  for (const auto& call : report.calls) {
+    CAPTURE(call.index);
+    CHECK(call.logits_error <= 1e-3);
+    CHECK(call.topk_queries > 0);
+    CHECK(call.topk_mismatches == 0);
+    CHECK(call.gate_mismatches == 0);
+    CHECK(call.gate_weight_error <= 1e-3);
+    CHECK(call.intermediate_error <= 2e-2);
+  }
+  // the prefill call compared its intermediates and routing too
+  CHECK(report.calls[0].gate_rows > 0);
+  CHECK_FALSE(report.calls[0].worst_intermediate.empty());
+  CHECK(report.passed());
+  MESSAGE(name << ": worst logits error " << report.max_logits_error());
+}
+
+}  // namespace
+
+TEST_CASE("golden: tiny_bf16") { check_scenario<dsv32::TinyBf16>("tiny_bf16"); }
+TEST_CASE("golden: tiny_bf16_rope_interleaved") {
+  check_scenario<dsv32::TinyBf16RopeInterleaved>("tiny_bf16_rope_interleaved");
+}
+TEST_CASE("golden: tiny_fp8_ue8m0_yarn") { check_scenario<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn"); }
+TEST_CASE("golden: tiny_fp8_plain_scale") { check_scenario<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale"); }
+
+TEST_CASE("golden: a scenario replayed with the wrong compiled config is refused, naming the fields") {
+  try {
+    dsv32::testing::replay_golden<dsv32::TinyBf16>(kGolden + "tiny_fp8_plain_scale");
+    FAIL("expected an error");
+  } catch (const dsv32::Error& e) {
+    const std::string what = e.what();
+    CHECK(e.kind() == dsv32::ErrorKind::invalid_config);
+    CHECK(what.find("dim: config.json has 256") != std::string::npos);
+    CHECK(what.find("dtype: config.json has \"fp8\"") != std::string::npos);
+  }
+}
