@@ -2,7 +2,7 @@
 // text (English, code, CJK, digits, emoji, whitespace runs), generated deterministically from the
 // tokenizer's case files and a fixed-seed generator. Prints median MB/s and tokens/s.
 //
-// usage: dsv32-bench-tokenizer [--tokenizer DIR] [--mb MEGABYTES] [--runs N] [--cache PIECES]
+// usage: dsv32-bench-tokenizer [--tokenizer DIR] [--mb MEGABYTES] [--runs N] [--cache ENTRIES]
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -100,9 +100,9 @@ Settings parse(int argc, char** argv) {
   if (const char* env = std::getenv("DSV32_TOKENIZER_DIR")) s.tokenizer_dir = env;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (i + 1 >= argc) {
-      std::cerr << "usage: dsv32-bench-tokenizer [--tokenizer DIR] [--mb MEGABYTES] [--runs N] [--cache PIECES]\n";
-      std::exit(2);
+    if (arg == "--help" || i + 1 >= argc) {
+      std::cerr << "usage: dsv32-bench-tokenizer [--tokenizer DIR] [--mb MEGABYTES] [--runs N] [--cache ENTRIES]\n";
+      std::exit(arg == "--help" ? 0 : 2);
     }
     const std::string value = argv[++i];
     if (arg == "--tokenizer") {
@@ -169,7 +169,7 @@ int main(int argc, char** argv) try {
   const double mb = static_cast<double>(bytes) / 1e6;
   std::cout << std::fixed << std::setprecision(2);
   std::cout << "tokenizer: " << s.tokenizer_dir << " (loaded in " << load_s << " s), word cache " << s.cache
-            << " pieces\n";
+            << " entries per thread\n";
   std::cout << "corpus: " << mb << " MB in " << docs.size() << " documents, " << tokens << " tokens ("
             << static_cast<double>(bytes) / static_cast<double>(tokens) << " bytes/token)\n";
   std::cout << "encode: median " << mb / enc << " MB/s, " << static_cast<double>(tokens) / enc / 1e6

@@ -6,6 +6,8 @@ if(TARGET dsv32-tokenize OR NOT TARGET dsv32_tokenizer)
 endif()
 add_executable(dsv32-tokenize "${CMAKE_CURRENT_LIST_DIR}/dsv32_tokenize.cpp")
 target_link_libraries(dsv32-tokenize PRIVATE dsv32::tokenizer)
+# Next to the other tools, whichever directory defined it.
+set_target_properties(dsv32-tokenize PROPERTIES RUNTIME_OUTPUT_DIRECTORY "${PROJECT_BINARY_DIR}/tools")
 if(DSV32_INSTALL)
   install(TARGETS dsv32-tokenize RUNTIME DESTINATION "${CMAKE_INSTALL_BINDIR}")
 endif()

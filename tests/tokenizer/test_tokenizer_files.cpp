@@ -83,6 +83,8 @@ TEST_CASE("files: model section") {
               {"model.vocab[\"abd\"]: expected a token id", "found number -4"});
   check_error([](json& t, json&) { t["model"]["vocab"]["abd"] = 0; }, ErrorKind::invalid_file,
               {"model.vocab: id 0 is given to both"});
+  check_error([](json& t, json&) { t["model"]["vocab"]["abd"] = 2000000000; }, ErrorKind::invalid_file,
+              {"token ids are too sparse: the largest is 2000000000 for 273 tokens"});
   check_error([](json& t, json&) { t["model"]["merges"] = json{{"a", "b"}}; }, ErrorKind::invalid_file,
               {"model.merges: expected an array, found object"});
   check_error([](json& t, json&) { t["model"]["merges"].push_back("q r"); }, ErrorKind::invalid_file,

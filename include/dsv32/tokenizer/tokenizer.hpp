@@ -41,7 +41,8 @@ namespace dsv32 {
 
 /// \brief Settings chosen by the caller when loading a tokenizer.
 struct TokenizerOptions {
-  /// Pieces remembered by the BPE word cache (0 disables it).
+  /// Entries of the BPE word cache, which each encoding thread keeps for itself (64 bytes each,
+  /// so the default is 1 MiB per thread; 0 disables the cache).
   std::size_t cache_capacity = 16384;
   /// Refuse apply_chat_template() unless tokenizer_config.json holds exactly the DeepSeek-V3
   /// template implemented by ChatTemplate. Set to false to render with the DeepSeek-V3 rules
@@ -161,6 +162,12 @@ inline std::shared_ptr<const TokenizerCore> build_tokenizer_core(const nlohmann:
   for (const auto& [text, id] : core->model->vocabulary()) max_id = std::max(max_id, id);
   for (const auto& t : added) max_id = std::max(max_id, t.id);
   const auto vocab_size = static_cast<std::size_t>(max_id + 1);
+  // Tables are indexed by id; a file with a few huge ids must not make them enormous.
+  const std::size_t token_count = core->model->vocabulary().size() + added.size();
+  if (vocab_size > 2 * token_count + 65536) {
+    fail(ErrorKind::invalid_file, tokenizer_file, ": token ids are too sparse: the largest is ", max_id, " for ",
+         token_count, " tokens");
+  }
   core->token_text.assign(vocab_size, {});
   core->flags.assign(vocab_size, 0);
   for (const auto& [text, id] : core->model->vocabulary()) {
@@ -177,9 +184,6 @@ inline std::shared_ptr<const TokenizerCore> build_tokenizer_core(const nlohmann:
            "\" in model.vocab");
     }
     core->added_ids.emplace(t.content, t.id);
-    if (!in_vocab && (core->flags[static_cast<std::size_t>(t.id)] & TokenizerCore::known)) {
-      fail(ErrorKind::invalid_file, where(), ": id ", t.id, " is given to both \"", slot, "\" and \"", t.content, "\"");
-    }
     slot = t.content;
     core->flags[static_cast<std::size_t>(t.id)] =
         TokenizerCore::known | (t.special ? TokenizerCore::special : std::uint8_t{0});
