@@ -34,7 +34,7 @@ namespace dsv32::bpe {
 
 /// \brief One entry of `added_tokens`.
 struct AddedToken {
-  std::int32_t id = 0;
+  std::int32_t id = 0;       ///< the token id
   std::string content;       ///< the text that is matched (and that the id decodes to)
   bool single_word = false;  ///< match only when not adjacent to word characters
   bool lstrip = false;       ///< absorb whitespace on the left

@@ -37,7 +37,8 @@ namespace dsv32::bpe {
 
 /// \brief Hash for heterogeneous (`std::string_view`) lookup in string-keyed unordered maps.
 struct StringHash {
-  using is_transparent = void;
+  using is_transparent = void;  ///< enables lookup by `std::string_view`
+  /// \brief Hash of the characters of `s`.
   std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };
 
@@ -55,8 +56,8 @@ class MergeTable {
  public:
   /// \brief A merge: its rank (position in `model.merges`) and the id it produces.
   struct Merge {
-    std::uint32_t rank;
-    std::int32_t new_id;
+    std::uint32_t rank;   ///< position of the rule in `model.merges`; lower merges first
+    std::int32_t new_id;  ///< id of the merged token
   };
 
   /// \param expected_size number of merges that will be inserted

@@ -65,6 +65,7 @@ class JsonNode {
   JsonNode(const nlohmann::json& value, std::string file, std::string path = {})
       : value_(&value), file_(std::move(file)), path_(std::move(path)) {}
 
+  /// \brief The value.
   const nlohmann::json& value() const noexcept { return *value_; }
 
   /// \brief The file the value was read from.
@@ -115,6 +116,7 @@ class JsonNode {
     return JsonNode((*value_)[i], file_, path_ + "[" + std::to_string(i) + "]");
   }
 
+  /// \brief Whether the value is JSON null.
   bool is_null() const noexcept { return value_->is_null(); }
 
   /// \brief Number of elements; the value must be an array.
@@ -123,11 +125,13 @@ class JsonNode {
     return value_->size();
   }
 
+  /// \brief The value, which must be a string.
   std::string string() const {
     if (!value_->is_string()) expected("a string");
     return value_->get<std::string>();
   }
 
+  /// \brief The value, which must be true or false.
   bool boolean() const {
     if (!value_->is_boolean()) expected("true or false");
     return value_->get<bool>();
@@ -266,6 +270,7 @@ inline std::vector<AddedToken> parse_added_tokens(const JsonNode& list) {
 }
 
 /// \brief Reads `model` (type BPE): its vocabulary and merges.
+/// \param model          the `model` object
 /// \param cache_capacity word cache size for the model
 inline std::unique_ptr<BpeModel> parse_bpe_model(const JsonNode& model, std::size_t cache_capacity) {
   const std::optional<JsonNode> type = model.get("type");

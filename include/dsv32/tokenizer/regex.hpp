@@ -24,7 +24,9 @@
 #pragma once
 
 #ifndef PCRE2_CODE_UNIT_WIDTH
+/// \cond
 #define PCRE2_CODE_UNIT_WIDTH 8  // pcre2.h requires it; only the explicit *_8 API is used below
+/// \endcond
 #endif
 #include <pcre2.h>
 
@@ -260,6 +262,8 @@ class Regex {
 /// Matches are enumerated like Oniguruma's `find_iter` in the reference implementation: after a
 /// match ending at `e` the search resumes at `e`, and an empty match right at the end of the
 /// previous match is skipped by advancing one character.
+/// \param regex    the Split pattern
+/// \param subject  the text to split (valid UTF-8)
 /// \param on_piece called as `on_piece(begin, end)` with byte offsets into `subject`, in order
 template <class OnPiece>
 void split_isolated(const Regex& regex, std::string_view subject, OnPiece&& on_piece) {

@@ -290,6 +290,7 @@ class Tokenizer {
   }
 
   /// \brief Text of `ids`; bytes that do not form UTF-8 become U+FFFD.
+  /// \param ids                 token ids
   /// \param skip_special_tokens leave out tokens marked `special` (bos, eos, pad, `<|EOT|>`, ...)
   /// \throws Error(invalid_argument) for an id that has no token.
   std::string decode(std::span<const std::int32_t> ids, bool skip_special_tokens = false) const {

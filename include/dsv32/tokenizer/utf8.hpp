@@ -29,7 +29,7 @@ enum class SequenceStatus {
 
 /// \brief Result of inspect_sequence().
 struct Sequence {
-  SequenceStatus status;
+  SequenceStatus status;  ///< what the bytes are
   std::size_t length;  ///< bytes covered: the character, the invalid subpart, or the truncated prefix
 };
 
