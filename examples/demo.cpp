@@ -1,11 +1,12 @@
 // dsv32-demo: the main example. Builds a tiny DeepSeek-V3.2-Exp model (FP8 weights, MoE, MLA with
-// the lightning indexer) with seeded random weights — no downloads — then prefills a prompt of
-// token ids, decodes greedily, and prints the tokens and the time per token.
+// the lightning indexer) with seeded random weights — no downloads — then generates from a prompt
+// of token ids with dsv32::generate (greedy by default), streaming the tokens, and prints the
+// prefill and per-token times.
 //
-//   dsv32-demo [--new-tokens N] [--seed S] [--prompt "id id id ..."]
+//   dsv32-demo [--new-tokens N] [--seed S] [--temperature T] [--prompt "id id id ..."]
 #include <dsv32/dsv32.hpp>
+#include <dsv32/generate/generate.hpp>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <sstream>
@@ -14,46 +15,68 @@
 
 using Config = dsv32::TinyFp8Ue8m0Yarn;  // the embedded default model
 
+namespace {
+
+constexpr const char* kUsage =
+    "usage: dsv32-demo [--new-tokens N] [--seed S] [--temperature T] [--prompt \"id id ...\"]\n"
+    "Runs a tiny DeepSeek-V3.2-Exp (%s, vocabulary %lld) with seeded random weights: prefills the\n"
+    "prompt, then generates N tokens (default 16; greedy unless --temperature T > 0), printing\n"
+    "them as they come and the time per token.\n"
+    "  --new-tokens N    tokens to generate (>= 1)\n"
+    "  --seed S          seed of the random weights and of sampling (default 2025)\n"
+    "  --temperature T   0 = greedy (default), else softmax temperature\n"
+    "  --prompt IDS      prompt token ids (default: 1 17 42 99 256 7 311 5)\n";
+
+[[noreturn]] void usage_error(const std::string& message) {
+  std::fprintf(stderr, "dsv32-demo: %s (see --help)\n", message.c_str());
+  std::exit(2);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   int new_tokens = 16;
   std::uint64_t seed = 2025;
+  double temperature = 0.0;
   std::vector<std::int32_t> prompt = {1, 17, 42, 99, 256, 7, 311, 5};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dsv32-demo: %s needs a value (see --help)\n", a.c_str());
-        std::exit(2);
-      }
+      if (i + 1 >= argc) usage_error(a + " needs a value");
       return argv[++i];
     };
     try {
+      std::size_t used = 0;
       if (a == "--help" || a == "-h") {
-        std::printf("usage: dsv32-demo [--new-tokens N] [--seed S] [--prompt \"id id ...\"]\n"
-                    "Runs a tiny DeepSeek-V3.2-Exp (%s) with seeded random weights: prefill, then greedy decode.\n",
-                    std::string(Config::name).c_str());
+        std::printf(kUsage, std::string(Config::name).c_str(), static_cast<long long>(Config::vocab_size));
         return 0;
       } else if (a == "--new-tokens") {
-        new_tokens = std::stoi(value());
+        const std::string v = value();
+        new_tokens = std::stoi(v, &used);
+        if (used != v.size()) throw std::invalid_argument(v);
       } else if (a == "--seed") {
-        seed = std::stoull(value());
+        const std::string v = value();
+        seed = std::stoull(v, &used);
+        if (used != v.size()) throw std::invalid_argument(v);
+      } else if (a == "--temperature") {
+        const std::string v = value();
+        temperature = std::stod(v, &used);
+        if (used != v.size()) throw std::invalid_argument(v);
       } else if (a == "--prompt") {
         std::istringstream in(value());
         prompt.clear();
-        for (std::int32_t id; in >> id;) prompt.push_back(id);
+        for (std::string word; in >> word;) {
+          prompt.push_back(std::stoi(word, &used));
+          if (used != word.size()) throw std::invalid_argument(word);
+        }
       } else {
-        std::fprintf(stderr, "dsv32-demo: unknown argument '%s' (see --help)\n", a.c_str());
-        return 2;
+        usage_error("unknown argument '" + a + "'");
       }
-    } catch (const std::exception&) {
-      std::fprintf(stderr, "dsv32-demo: bad value for %s (see --help)\n", a.c_str());
-      return 2;
+    } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
+      usage_error("bad value for " + a);
     }
   }
-  if (new_tokens < 1 || prompt.empty()) {
-    std::fprintf(stderr, "dsv32-demo: need --new-tokens >= 1 and a non-empty --prompt\n");
-    return 2;
-  }
+  if (new_tokens < 1 || prompt.empty()) usage_error("need --new-tokens >= 1 and a non-empty --prompt");
 
   try {
     dsv32::RuntimeOptions options;
@@ -63,31 +86,30 @@ int main(int argc, char** argv) {
     model.init_random(seed);
     const dsv32::MemoryPlan plan = model.memory_plan();
     std::printf("model %s: %lld parameters, %s of weights, %s of caches\n", std::string(Config::name).c_str(),
-                static_cast<long long>(plan.parameters), dsv32::format_bytes(plan.weights).c_str(),
-                dsv32::format_bytes(plan.caches).c_str());
+                static_cast<long long>(plan.parameters), dsv32::format_bytes(static_cast<double>(plan.weights)).c_str(),
+                dsv32::format_bytes(static_cast<double>(plan.caches)).c_str());
 
-    using clock = std::chrono::steady_clock;
-    std::vector<std::int32_t> out;
-    auto t0 = clock::now();
-    dsv32::Logits logits = model.forward(prompt, 1, 0);
-    const double prefill_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
-    out.push_back(logits.argmax(0));
-    t0 = clock::now();
-    for (int i = 1; i < new_tokens; ++i) {
-      const std::int32_t last = out.back();
-      logits = model.forward(std::span<const std::int32_t>(&last, 1), 1,
-                             static_cast<std::int64_t>(prompt.size()) + i - 1);
-      out.push_back(logits.argmax(0));
-    }
-    const double decode_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();
+    dsv32::GenerateOptions gen;
+    gen.max_new_tokens = new_tokens;
+    gen.sampling.temperature = temperature;
+    gen.seed = seed;
+    gen.on_token = [](std::size_t, std::int32_t id) {
+      std::printf(" %d", id);
+      std::fflush(stdout);
+      return true;
+    };
+    dsv32::validate_generate_arguments({prompt}, gen, model.options(), Config::vocab_size);  // before printing
 
     std::printf("prompt:");
     for (auto t : prompt) std::printf(" %d", t);
     std::printf("\ngenerated:");
-    for (auto t : out) std::printf(" %d", t);
-    std::printf("\nprefill %zu tokens: %.2f ms (%.3f ms/token); decode %d tokens: %.3f ms/token\n", prompt.size(),
-                prefill_ms, prefill_ms / static_cast<double>(prompt.size()), new_tokens - 1,
-                new_tokens > 1 ? decode_ms / (new_tokens - 1) : 0.0);
+    const dsv32::GenerationResult r = dsv32::generate(model, {prompt}, gen);
+    const dsv32::GenerationStats& s = r.stats;
+    std::printf("\nprefill %zu tokens + first token: %.2f ms (%.3f ms/prompt token); decode %lld tokens: %.3f ms/token "
+                "(%.1f tokens/s)\n",
+                prompt.size(), 1e3 * s.time_to_first_token_s,
+                1e3 * s.time_to_first_token_s / static_cast<double>(prompt.size()),
+                static_cast<long long>(s.decode_tokens), s.ms_per_step(), s.decode_tokens_per_s());
   } catch (const dsv32::Error& e) {
     std::fprintf(stderr, "dsv32-demo: %s\n", e.what());
     return 1;

@@ -1,0 +1,178 @@
+# Tests of dsv32-generate, one CASE per ctest (see tests.cmake): runs the tool, checks its exit
+# status and that its standard output / error match regular expressions.
+# Variables: CASE, TOOL (dsv32-generate), DATA (tests/data), WORK_DIR (scratch).
+cmake_minimum_required(VERSION 3.20)
+
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}")
+
+# run(RC <status> ARGS <args...> [INPUT <stdin text>] [STDOUT <regex>...] [STDERR <regex>...]):
+# runs the tool; its standard output is left in `out`.
+function(run)
+  cmake_parse_arguments(PARSE_ARGV 0 arg "" "RC;INPUT" "ARGS;STDOUT;STDERR")
+  set(input_file "${WORK_DIR}/stdin.txt")
+  file(WRITE "${input_file}" "${arg_INPUT}")
+  execute_process(COMMAND "${TOOL}" ${arg_ARGS} INPUT_FILE "${input_file}" RESULT_VARIABLE rc
+                  OUTPUT_VARIABLE stdout ERROR_VARIABLE stderr)
+  set(show "dsv32-generate ${arg_ARGS}\n--- stdout:\n${stdout}\n--- stderr:\n${stderr}")
+  if(NOT rc STREQUAL arg_RC)
+    message(FATAL_ERROR "expected exit status ${arg_RC}, got ${rc}: ${show}")
+  endif()
+  foreach(regex IN LISTS arg_STDOUT)
+    if(NOT stdout MATCHES "${regex}")
+      message(FATAL_ERROR "standard output does not match '${regex}': ${show}")
+    endif()
+  endforeach()
+  foreach(regex IN LISTS arg_STDERR)
+    if(NOT stderr MATCHES "${regex}")
+      message(FATAL_ERROR "standard error does not match '${regex}': ${show}")
+    endif()
+  endforeach()
+  set(out "${stdout}" PARENT_SCOPE)
+endfunction()
+
+# manifest_row(<json> <key> <index> <begin> <end> <out>): elements [begin, end) of manifest[key][index],
+# space-separated.
+function(manifest_row json key index begin end out)
+  set(items)
+  math(EXPR last "${end} - 1")
+  foreach(i RANGE ${begin} ${last})
+    string(JSON v GET "${json}" ${key} ${index} ${i})
+    list(APPEND items ${v})
+  endforeach()
+  list(JOIN items " " joined)
+  set(${out} "${joined}" PARENT_SCOPE)
+endfunction()
+
+set(timing "time to first token [0-9.]+ ms; decode [0-9]+ tokens in [0-9.]+ ms = [0-9.]+ tokens/s")
+set(golden "${DATA}/golden")
+set(tokenizer "${DATA}/tokenizer/deepseek_v3")
+
+if(CASE STREQUAL "default_run")
+  # the embedded tiny model on the built-in prompt: 100 ids on one line, the model and timing on stderr
+  run(RC 0 ARGS --max-new-tokens 100 STDOUT "^[0-9]+( [0-9]+)*\n$" STDERR "model embedded-default" "${timing}")
+  string(REGEX MATCHALL "[0-9]+" ids "${out}")
+  list(LENGTH ids n)
+  if(NOT n EQUAL 100)
+    message(FATAL_ERROR "expected 100 token ids, got ${n}: ${out}")
+  endif()
+  run(RC 0 ARGS STDERR "${timing}")  # and with no argument at all
+  run(RC 0 ARGS --help STDOUT "usage: dsv32-generate" "--prompt-ids" "--chat" "--top-p" "--batch-file")
+
+elseif(CASE STREQUAL "golden_prompt_ids")
+  # A golden scenario's shortest prompt alone, greedy: the reference's tokens (a longer prompt alone
+  # would be prefilled at once rather than position by position, which rounds differently).
+  foreach(scenario tiny_bf16 tiny_bf16_rope_interleaved tiny_fp8_ue8m0_yarn tiny_fp8_plain_scale)
+    file(READ "${golden}/${scenario}/manifest.json" manifest)
+    string(JSON max_new GET "${manifest}" max_new_tokens)
+    string(JSON len0 LENGTH "${manifest}" prompts 0)
+    string(JSON len1 LENGTH "${manifest}" prompts 1)
+    set(b 0)
+    if(len1 LESS len0)
+      set(b 1)
+      set(len0 ${len1})
+    endif()
+    manifest_row("${manifest}" prompts ${b} 0 ${len0} prompt)
+    math(EXPR end "${len0} + ${max_new}")
+    manifest_row("${manifest}" final_tokens ${b} ${len0} ${end} expected)
+    run(RC 0 ARGS --checkpoint "${golden}/${scenario}" --prompt-ids "${prompt}" --temperature 0
+                  --max-new-tokens ${max_new} STDOUT "^${expected}\n$" STDERR "model ${scenario}" "${timing}")
+  endforeach()
+  # token ids from standard input
+  file(READ "${golden}/tiny_bf16/manifest.json" manifest)
+  manifest_row("${manifest}" prompts 0 0 7 prompt)
+  manifest_row("${manifest}" final_tokens 0 7 13 expected)
+  run(RC 0 ARGS --checkpoint "${golden}/tiny_bf16" --prompt-ids - --temperature 0 --max-new-tokens 6
+      INPUT "${prompt}\n" STDOUT "^${expected}\n$")
+
+elseif(CASE STREQUAL "golden_batch_stdin")
+  # Both prompts of each scenario as a batch from standard input: exactly the reference's greedy
+  # completions (the same forward calls as its generator).
+  foreach(scenario tiny_bf16 tiny_bf16_rope_interleaved tiny_fp8_ue8m0_yarn tiny_fp8_plain_scale)
+    file(READ "${golden}/${scenario}/manifest.json" manifest)
+    string(JSON max_new GET "${manifest}" max_new_tokens)
+    set(lines "")
+    set(want "")
+    foreach(b 0 1)
+      string(JSON len LENGTH "${manifest}" prompts ${b})
+      manifest_row("${manifest}" prompts ${b} 0 ${len} prompt)
+      math(EXPR end "${len} + ${max_new}")
+      manifest_row("${manifest}" final_tokens ${b} ${len} ${end} expected)
+      string(APPEND lines "${prompt}\n")
+      string(APPEND want "${expected}\n")
+    endforeach()
+    run(RC 0 ARGS --checkpoint "${golden}/${scenario}" --batch-file - --temperature 0 --max-new-tokens ${max_new}
+        INPUT "${lines}" STDOUT "^${want}$" STDERR "2 prompt\\(s\\)")
+  endforeach()
+  # and from a file, sampled: the same seed gives the same tokens (CMake regexes have no {n})
+  set(five_ids "[0-9]+ [0-9]+ [0-9]+ [0-9]+ [0-9]+")
+  file(WRITE "${WORK_DIR}/prompts.txt" "1 2 3\n\n4, 5, 6, 7\n")
+  run(RC 0 ARGS --checkpoint "${golden}/tiny_bf16" --batch-file "${WORK_DIR}/prompts.txt" --seed 7 --top-k 20
+                --top-p 0.9 --max-new-tokens 5 STDOUT "^${five_ids}\n${five_ids}\n$")
+  set(first "${out}")
+  run(RC 0 ARGS --checkpoint "${golden}/tiny_bf16" --batch-file "${WORK_DIR}/prompts.txt" --seed 7 --top-k 20
+                --top-p 0.9 --max-new-tokens 5 --quiet)
+  if(NOT out STREQUAL first)
+    message(FATAL_ERROR "same seed, different tokens:\n${first}\n${out}")
+  endif()
+
+elseif(CASE STREQUAL "bad_arguments")
+  run(RC 2 ARGS --bogus STDERR "unknown argument '--bogus'" "--help for usage")
+  run(RC 2 ARGS --max-new-tokens STDERR "--max-new-tokens needs a value")
+  run(RC 2 ARGS --max-new-tokens ten STDERR "--max-new-tokens expects an integer")
+  run(RC 2 ARGS --max-new-tokens -3 STDERR "--max-new-tokens expects an integer in \\[0,")
+  run(RC 2 ARGS --temperature -1 STDERR "temperature must be finite and >= 0")
+  run(RC 2 ARGS --top-p 0 STDERR "top_p must be in \\(0, 1\\]")
+  run(RC 2 ARGS --top-k -1 STDERR "--top-k expects an integer")
+  run(RC 2 ARGS --seed x STDERR "--seed expects a non-negative integer")
+  run(RC 2 ARGS --prompt-ids "1 2" --batch-file f STDERR "give one input")
+  run(RC 1 ARGS --prompt-ids "1 x" STDERR "'x' is not a token id")
+  run(RC 1 ARGS --prompt-ids " " STDERR "a prompt holds no token ids")
+  run(RC 1 ARGS --prompt-ids "1 999999" --max-new-tokens 1
+      STDERR "prompt 0 token 1 is 999999, outside the vocabulary \\[0, 129280\\)")
+  run(RC 1 ARGS --checkpoint "${golden}/tiny_bf16" --prompt-ids "1 2 3" --max-seq-len 2
+      STDERR "prompt 0 has 3 tokens, more than the model's max_seq_len = 2")
+
+elseif(CASE STREQUAL "bad_files")
+  run(RC 1 ARGS --checkpoint "${WORK_DIR}/missing" STDERR "checkpoint directory .*missing does not exist")
+  run(RC 1 ARGS --checkpoint "${WORK_DIR}" STDERR "has no config.json")
+  file(WRITE "${WORK_DIR}/broken/config.json" "{\"dim\": ")
+  run(RC 1 ARGS --checkpoint "${WORK_DIR}/broken" STDERR "config.json: not valid JSON")
+  # a config no compiled config matches
+  file(READ "${golden}/tiny_bf16/config.json" config)
+  string(JSON config SET "${config}" dim 80)
+  file(WRITE "${WORK_DIR}/other/config.json" "${config}")
+  run(RC 1 ARGS --checkpoint "${WORK_DIR}/other" STDERR "matches none of the configs compiled into this program")
+  # a config without its weights
+  file(COPY "${golden}/tiny_bf16/config.json" DESTINATION "${WORK_DIR}/no_weights")
+  run(RC 1 ARGS --checkpoint "${WORK_DIR}/no_weights" STDERR "no_weights")
+  run(RC 1 ARGS --batch-file "${WORK_DIR}/none.txt" STDERR "cannot open batch file")
+  file(WRITE "${WORK_DIR}/blank.txt" "\n  \n")
+  run(RC 1 ARGS --batch-file "${WORK_DIR}/blank.txt" STDERR "holds no prompt")
+
+elseif(CASE STREQUAL "chat_session")
+  # The embedded model (vocabulary 129280) with the vendored DeepSeek-V3 tokenizer, fed a session.
+  run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 8 INPUT "hello\n/clear\nhi\n/exit\n"
+      STDOUT "^>>> [^\n]*\n>>> >>> [^\n]*\n>>> $" STDERR "${timing}.*${timing}")
+  # end of input ends the session too
+  run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 4 --quiet INPUT "hello\n"
+      STDOUT "^>>> [^\n]*\n>>> \n$")
+
+elseif(CASE STREQUAL "text_prompt")
+  run(RC 0 ARGS --tokenizer "${tokenizer}" --prompt "Hello, world" --max-new-tokens 6 --temperature 0
+      STDOUT "^[^\n]+\n$" STDERR "${timing}")
+  set(first "${out}")
+  run(RC 0 ARGS --tokenizer "${tokenizer}" --prompt "Hello, world" --max-new-tokens 6 --temperature 0 --raw --quiet)
+  file(WRITE "${WORK_DIR}/prompts.txt" "Hello\nWhat is 2+2?\n")
+  run(RC 0 ARGS --tokenizer "${tokenizer}" --batch-file "${WORK_DIR}/prompts.txt" --text --max-new-tokens 4
+      STDOUT "^Prompt: Hello\nCompletion: [^\n]*\n\nPrompt: What is 2\\+2\\?\nCompletion: [^\n]*\n\n$")
+  run(RC 2 ARGS --raw --prompt-ids "1" STDERR "--raw applies to text prompts")
+
+elseif(CASE STREQUAL "text_needs_vocabulary")
+  run(RC 1 ARGS --checkpoint "${golden}/tiny_bf16" --tokenizer "${tokenizer}" --prompt "hi"
+      STDERR "has 128815 token ids but the model's vocab_size is 300: text modes need a model whose vocabulary covers")
+  run(RC 1 ARGS --checkpoint "${golden}/tiny_bf16" --tokenizer "${WORK_DIR}" --prompt "hi" STDERR "tokenizer")
+
+else()
+  message(FATAL_ERROR "unknown CASE ${CASE}")
+endif()

@@ -1,0 +1,102 @@
+// Golden generation: each scenario's prompts through dsv32::generate (greedy, the manifest's
+// max_new_tokens and eos) must make exactly the reference generator's forward calls (start_pos and
+// tokens) and return its completions: final_tokens[b][len_b : len_b + max_new_tokens] (the
+// reference's matrix also holds the greedy tokens it computed past a short prompt's completion).
+#include <doctest/doctest.h>
+
+#include <dsv32/dsv32.hpp>
+#include <dsv32/generate/generate.hpp>
+#include <dsv32/io/checkpoint.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+const std::filesystem::path kGolden = std::filesystem::path(DSV32_TEST_DATA) / "golden";
+
+using Tokens = std::vector<std::int32_t>;
+
+// Forwards to a model and records every call as the manifest lists them: start_pos, one token
+// vector per sequence.
+template <class Model>
+struct RecordingModel {
+  using config_type = typename Model::config_type;
+  struct Call {
+    std::int64_t start_pos;
+    std::vector<Tokens> tokens;
+  };
+
+  Model& model;
+  std::vector<Call> calls;
+
+  const dsv32::RuntimeOptions& options() const { return model.options(); }
+  void reset() { model.reset(); }
+  bool ready() const { return model.ready(); }
+  dsv32::Logits forward(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t start_pos,
+                        const dsv32::ForwardOptions& opts) {
+    Call c{start_pos, {}};
+    const std::size_t seq = tokens.size() / static_cast<std::size_t>(batch);
+    for (std::int64_t b = 0; b < batch; ++b)
+      c.tokens.emplace_back(tokens.begin() + static_cast<std::ptrdiff_t>(b * seq),
+                            tokens.begin() + static_cast<std::ptrdiff_t>((b + 1) * seq));
+    calls.push_back(std::move(c));
+    return model.forward(tokens, batch, start_pos, opts);
+  }
+};
+
+template <class Config>
+void check_generation(const std::string& name) {
+  const auto dir = kGolden / name;
+  std::ifstream in(dir / "manifest.json");
+  REQUIRE(in.good());
+  const auto manifest = nlohmann::json::parse(in);
+  const auto prompts = manifest.at("prompts").get<std::vector<Tokens>>();
+  const auto final_tokens = manifest.at("final_tokens").get<std::vector<Tokens>>();
+  REQUIRE(manifest.at("temperature").get<double>() == 0.0);
+
+  const dsv32::ModelArgs args = dsv32::ModelArgs::from_file(dir / "config.json");
+  dsv32::Transformer<Config> model(args.runtime);
+  dsv32::load_checkpoint(model, dir / "model0-mp1.safetensors");
+  RecordingModel<dsv32::Transformer<Config>> recorder{model, {}};
+
+  dsv32::GenerateOptions opts;
+  opts.max_new_tokens = manifest.at("max_new_tokens").get<std::int64_t>();
+  opts.sampling.temperature = 0;
+  if (!manifest.at("eos_id").is_null()) opts.eos_id = manifest.at("eos_id").get<std::int32_t>();
+  const auto result = dsv32::generate(recorder, prompts, opts);
+
+  REQUIRE(result.sequences.size() == prompts.size());
+  for (std::size_t b = 0; b < prompts.size(); ++b) {
+    CAPTURE(b);
+    const auto& row = final_tokens[b];
+    const std::size_t begin = prompts[b].size();
+    const std::size_t end = std::min(row.size(), begin + static_cast<std::size_t>(opts.max_new_tokens));
+    CHECK(result.sequences[b].tokens == Tokens(row.begin() + static_cast<std::ptrdiff_t>(begin),
+                                               row.begin() + static_cast<std::ptrdiff_t>(end)));
+    CHECK(result.sequences[b].finish == dsv32::FinishReason::max_new_tokens);
+  }
+  const auto& calls = manifest.at("calls");
+  REQUIRE(recorder.calls.size() == calls.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    CAPTURE(i);
+    CHECK(recorder.calls[i].start_pos == calls[i].at("start_pos").get<std::int64_t>());
+    CHECK(recorder.calls[i].tokens == calls[i].at("tokens").get<std::vector<Tokens>>());
+  }
+  CHECK(result.stats.forward_calls == static_cast<std::int64_t>(calls.size()));
+}
+
+}  // namespace
+
+TEST_CASE("golden generate: tiny_bf16") { check_generation<dsv32::TinyBf16>("tiny_bf16"); }
+TEST_CASE("golden generate: tiny_bf16_rope_interleaved") {
+  check_generation<dsv32::TinyBf16RopeInterleaved>("tiny_bf16_rope_interleaved");
+}
+TEST_CASE("golden generate: tiny_fp8_ue8m0_yarn") { check_generation<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn"); }
+TEST_CASE("golden generate: tiny_fp8_plain_scale") {
+  check_generation<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
+}
