@@ -1,0 +1,45 @@
+# Installs dsv32 into a scratch prefix, then configures, builds (-Wall -Wextra -Werror) and runs
+# examples/embed against it, as a user's project would: nothing but find_package(dsv32).
+# Runs the example with its own config (random weights) and with a golden checkpoint.
+# Variables: SOURCE_DIR, WORK_DIR, GENERATOR, BUILD_TYPE.
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+function(run)
+  execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "embed test step failed (${rc}): ${ARGV}\n${out}\n${err}")
+  endif()
+  set(out "${out}" PARENT_SCOPE)
+endfunction()
+function(expect output regex)
+  if(NOT output MATCHES "${regex}")
+    message(FATAL_ERROR "expected output matching '${regex}', got:\n${output}")
+  endif()
+endfunction()
+
+run("${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/dsv32" -G "${GENERATOR}"
+    -DCMAKE_INSTALL_PREFIX=${prefix} -DDSV32_BUILD_TESTS=OFF -DDSV32_BUILD_EXAMPLES=OFF
+    -DDSV32_BUILD_BENCHMARKS=OFF -DDSV32_INSTALL=ON)
+run("${CMAKE_COMMAND}" --install "${WORK_DIR}/dsv32")
+if(NOT BUILD_TYPE)
+  set(BUILD_TYPE Release)
+endif()
+run("${CMAKE_COMMAND}" -S "${SOURCE_DIR}/examples/embed" -B "${WORK_DIR}/embed" -G "${GENERATOR}"
+    -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror")
+run("${CMAKE_COMMAND}" --build "${WORK_DIR}/embed")
+
+string(REPEAT " [0-9]+" 8 eight_tokens)  # CMake's regex has no {n}
+run("${WORK_DIR}/embed/embed")
+message(STATUS "embed: ${out}")
+expect("${out}" "^my-small-moe:${eight_tokens}\n$")
+run("${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_bf16")
+message(STATUS "embed tiny_bf16: ${out}")
+expect("${out}" "^tiny_bf16:${eight_tokens}\n$")
+
+# A checkpoint no compiled config matches is refused with dsv32::Error's message, exit status 1.
+execute_process(COMMAND "${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_fp8_plain_scale"
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 1)
+  message(FATAL_ERROR "embed on an uncompiled config: expected exit status 1, got ${rc}\n${out}\n${err}")
+endif()
+expect("${err}" "embed: dsv32 \\[invalid_config\\].*matches none of the configs compiled into this program")

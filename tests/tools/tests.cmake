@@ -1,0 +1,43 @@
+# Tests of the command-line tools and examples that are not doctest suites: dsv32-inspect (run on
+# presets, config.json files and checkpoints, intact and damaged) and examples/embed built against
+# an installed dsv32. Included by tests/CMakeLists.txt.
+
+include("${PROJECT_SOURCE_DIR}/tools/inspect.cmake")
+
+# Writes damaged copies of golden checkpoints (a tensor dropped, one added, one reshaped).
+add_executable(dsv32_make_test_checkpoint "${CMAKE_CURRENT_LIST_DIR}/make_test_checkpoint.cpp")
+target_link_libraries(dsv32_make_test_checkpoint PRIVATE dsv32::dsv32)
+if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
+  target_compile_options(dsv32_make_test_checkpoint PRIVATE -Wall -Wextra -Wpedantic)
+endif()
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU" AND CMAKE_CXX_COMPILER_VERSION VERSION_LESS 13)
+  # GCC 12's false -Wrestrict on `"literal" + std::string` inlined at -O2 (GCC bug 105329),
+  # reached through SafetensorsWriter's AtomicFileWriter.
+  target_compile_options(dsv32_make_test_checkpoint PRIVATE -Wno-restrict)
+endif()
+
+set(_dsv32_inspect_cases preset_671b config_tiny_bf16 config_custom arithmetic_matches_compiled checkpoint_complete
+    checkpoint_damaged bad_arguments)
+if(EXISTS "${PROJECT_SOURCE_DIR}/include/dsv32/io/hf_checkpoint.hpp")
+  list(APPEND _dsv32_inspect_cases checkpoint_hf)
+endif()
+foreach(case IN LISTS _dsv32_inspect_cases)
+  add_test(NAME dsv32_inspect_${case}
+           COMMAND "${CMAKE_COMMAND}" -DCASE=${case} -DTOOL=$<TARGET_FILE:dsv32-inspect>
+                   -DHELPER=$<TARGET_FILE:dsv32_make_test_checkpoint> -DDATA=${PROJECT_SOURCE_DIR}/tests/data
+                   -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/inspect/${case}
+                   -P "${CMAKE_CURRENT_LIST_DIR}/inspect_test.cmake")
+endforeach()
+# The quick single-regex form of the headline numbers, for anyone grepping the test list.
+add_test(NAME dsv32_inspect_671b_counts COMMAND dsv32-inspect --preset deepseek-v3.2-exp-671b)
+set_tests_properties(dsv32_inspect_671b_counts PROPERTIES
+  PASS_REGULAR_EXPRESSION "total +671,877,944,064\n +activated per token +38,403,822,336")
+
+# examples/embed, built as a user's project against dsv32 installed into a scratch prefix.
+add_test(NAME dsv32_embed_example
+         COMMAND "${CMAKE_COMMAND}"
+                 -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
+                 -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/embed
+                 -DGENERATOR=${CMAKE_GENERATOR}
+                 -DBUILD_TYPE=${CMAKE_BUILD_TYPE}
+                 -P "${CMAKE_CURRENT_LIST_DIR}/run_embed_test.cmake")

@@ -1,0 +1,1055 @@
+// dsv32-inspect: what a DeepSeek-V3.2-Exp config costs — its shapes, parameter counts, weight bytes
+// per dtype, KV and indexer cache bytes per token and the memory plan for a batch and sequence
+// length — and whether a checkpoint holds exactly the tensors that config needs.
+//
+//   dsv32-inspect --preset NAME | --config FILE [--batch B] [--seq-len L] [--world-size W] [--json]
+//   dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
+//   dsv32-inspect --list-presets
+//
+// Nothing is allocated for the weights: figures come from the compiled config's parameter list
+// (Transformer::tensors() and memory_plan(), which walk parameters without binding memory), or,
+// for a config.json that matches no compiled config, from ModelArgs arithmetic.
+//
+// Exit status: 0 success; 1 the checkpoint does not hold exactly the config's tensors; 2 an error
+// (bad arguments, an unreadable or invalid file, a config no compiled config matches).
+#include <dsv32/config/registry.hpp>
+#include <dsv32/dsv32.hpp>
+#include <dsv32/io/checkpoint.hpp>
+
+// Hugging Face checkpoints and config.json files (HfCheckpointSource, read_hf_config), where this
+// dsv32 has them.
+#if __has_include(<dsv32/io/hf_checkpoint.hpp>)
+#include <dsv32/io/hf_checkpoint.hpp>
+#define DSV32_INSPECT_HF 1
+#define DSV32_INSPECT_HF_CONFIG " or Hugging Face's"
+#define DSV32_INSPECT_HF_CHECKPOINT \
+  ",\n                      or a Hugging Face checkpoint directory (config.json, model.safetensors[.index.json])"
+#else
+#define DSV32_INSPECT_HF 0
+#define DSV32_INSPECT_HF_CONFIG ""
+#define DSV32_INSPECT_HF_CHECKPOINT ""
+#endif
+
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+using dsv32::DType;
+using dsv32::ErrorKind;
+using dsv32::ModelArgs;
+using dsv32::Presets;
+using dsv32::RuntimeOptions;
+using Json = nlohmann::ordered_json;
+
+constexpr const char* kUsage = R"(usage:
+  dsv32-inspect (--preset NAME | --config FILE) [--batch B] [--seq-len L] [--world-size W] [--json]
+  dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
+  dsv32-inspect --list-presets [--json]
+
+Describes a DeepSeek-V3.2-Exp config without allocating its weights: shape fields, parameter
+counts (total, activated per token, per component), weight bytes per dtype, KV and indexer cache
+bytes per token, and the memory plan (weights + caches + RoPE tables) of one model-parallel rank.
+With --checkpoint, checks that a checkpoint holds exactly the config's tensors instead.
+
+  --preset NAME       a config compiled into dsv32 (see --list-presets)
+  --config FILE       a config.json (the reference's ModelArgs fields)" DSV32_INSPECT_HF_CONFIG R"(); when
+                      it matches a compiled config its tensor list is used, otherwise figures come
+                      from ModelArgs arithmetic
+  --batch B           max_batch_size the caches are sized for (default: the config.json's, else 8)
+  --seq-len L         max_seq_len the caches and RoPE tables are sized for (default: the config.json's,
+                      else 16384)
+  --world-size W      model-parallel ranks; figures are per rank (default 1; with --checkpoint: the
+                      world size of the model{rank}-mp{world}.safetensors files found)
+  --checkpoint PATH   a checkpoint directory in the reference's converted format (config.json and
+                      model{rank}-mp{world}.safetensors), or one .safetensors file)" DSV32_INSPECT_HF_CHECKPOINT R"(;
+                      reports the tensors present, missing, extra, and those with the wrong dtype
+                      or shape, compared with the compiled config its config.json matches
+  --limit N           names listed per list with --checkpoint (default 10)
+  --all               list every name
+  --arithmetic        use ModelArgs arithmetic even when a compiled config matches (to cross-check)
+  --json              print one JSON object instead of text
+  --list-presets      list the compiled configs
+  -h, --help          this text
+
+Exit status: 0 success; 1 the checkpoint does not hold exactly the config's tensors; 2 an error.
+)";
+
+/// Bad command-line arguments (exit 2, with a pointer to --help).
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class... Args>
+[[noreturn]] void usage_error(Args&&... args) {
+  throw UsageError(dsv32::detail::concat(std::forward<Args>(args)...));
+}
+
+// ------------------------------------------------------------------------------------------ arguments
+
+struct Args {
+  std::string preset, config, checkpoint;
+  std::optional<std::int64_t> batch, seq_len;
+  std::optional<int> world_size;
+  std::size_t limit = 10;
+  bool all = false, json = false, list_presets = false, arithmetic = false, help = false;
+};
+
+// Limits keep every product below (cache bytes, table bytes) representable; no real deployment nears them.
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;
+constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 32;
+constexpr std::int64_t kMaxWorld = 1 << 16;
+
+std::int64_t parse_int(std::string_view flag, std::string_view text, std::int64_t lo, std::int64_t hi) {
+  std::int64_t v = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi)
+    usage_error("bad value '", text, "' for ", flag, ": expected an integer in [", lo, ", ", hi, "]");
+  return v;
+}
+
+Args parse_args(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::optional<std::string> inline_value;
+    if (flag.starts_with("--") && flag.find('=') != std::string::npos) {
+      inline_value = flag.substr(flag.find('=') + 1);
+      flag.resize(flag.find('='));
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) usage_error(flag, " needs a value");
+      return argv[++i];
+    };
+    auto no_value = [&] {
+      if (inline_value) usage_error(flag, " takes no value");
+    };
+    if (flag == "-h" || flag == "--help") no_value(), a.help = true;
+    else if (flag == "--json") no_value(), a.json = true;
+    else if (flag == "--all") no_value(), a.all = true;
+    else if (flag == "--list-presets") no_value(), a.list_presets = true;
+    else if (flag == "--arithmetic") no_value(), a.arithmetic = true;
+    else if (flag == "--preset") a.preset = value();
+    else if (flag == "--config") a.config = value();
+    else if (flag == "--checkpoint") a.checkpoint = value();
+    else if (flag == "--batch") a.batch = parse_int(flag, value(), 1, kMaxBatch);
+    else if (flag == "--seq-len") a.seq_len = parse_int(flag, value(), 1, kMaxSeqLen);
+    else if (flag == "--world-size") a.world_size = static_cast<int>(parse_int(flag, value(), 1, kMaxWorld));
+    else if (flag == "--limit") a.limit = static_cast<std::size_t>(parse_int(flag, value(), 0, 1 << 30));
+    else usage_error("unknown argument '", argv[i], "'");
+  }
+  if (a.help || a.list_presets) return a;
+  if (!a.preset.empty() && !a.config.empty()) usage_error("give --preset or --config, not both");
+  if (a.checkpoint.empty() && a.preset.empty() && a.config.empty())
+    usage_error("nothing to inspect: give --preset NAME, --config FILE or --checkpoint PATH");
+  if (!a.checkpoint.empty() && (a.batch || a.seq_len))
+    usage_error("--batch and --seq-len size the memory plan; with --checkpoint no plan is printed");
+  return a;
+}
+
+// ------------------------------------------------------------------------------------------ helpers
+
+/// 671877944064 -> "671,877,944,064".
+std::string grouped(std::uint64_t n) {
+  std::string digits = std::to_string(n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b) {
+  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a)
+    dsv32::fail(ErrorKind::invalid_argument, "the memory plan overflows 64-bit byte counts; lower --batch or --seq-len");
+  return a * b;
+}
+
+template <class... Configs>
+std::vector<std::string> names_of(const dsv32::ConfigList<Configs...>*) {
+  return {std::string(Configs::name)...};
+}
+/// The compiled presets, in registry order.
+std::vector<std::string> preset_names() { return names_of(static_cast<const Presets*>(nullptr)); }
+
+/// Runs `f.template operator()<C>()` with the compiled preset called `name` (which must exist).
+template <class F>
+void with_preset(const std::string& name, F&& f) {
+  if (!Presets::by_name(name, f)) dsv32::fail(ErrorKind::invalid_argument, "no compiled config named ", name);
+}
+
+/// A communicator for planning only: the model is constructed to list its local shapes, never run.
+class PlanningCommunicator final : public dsv32::Communicator {
+ public:
+  PlanningCommunicator(int world, int rank) : world_(world), rank_(rank) {}
+  int world_size() const override { return world_; }
+  int rank() const override { return rank_; }
+  void all_reduce_sum(float*, std::size_t) override { never_runs(); }
+  void all_gather(const float*, std::size_t, float*) override { never_runs(); }
+
+ private:
+  [[noreturn]] static void never_runs() { dsv32::fail(ErrorKind::state, "dsv32-inspect never runs a model"); }
+  int world_, rank_;
+};
+
+/// This rank's place in a world of `world` ranks, with `comm` for worlds of more than one.
+dsv32::Parallel planning_parallel(int world, int rank, PlanningCommunicator& comm) {
+  return dsv32::Parallel{world, rank, world > 1 ? &comm : nullptr};
+}
+
+// ------------------------------------------------------------------------------------------ config
+
+/// The config to inspect: its fields, where it came from, and the compiled config it matches.
+struct ResolvedConfig {
+  ModelArgs args;
+  std::string source;    ///< "preset NAME" or the config.json path
+  std::string compiled;  ///< the matching compiled config's name; empty when none matches
+  bool hf_naming = false;  ///< read from a config.json in Hugging Face's naming
+};
+
+ResolvedConfig resolve_preset(const std::string& name) {
+  ResolvedConfig r;
+  const bool found = Presets::by_name(name, [&]<class C>() { r.args = ModelArgs::template of<C>(); });
+  if (!found) {
+    std::string valid;
+    for (const std::string& n : preset_names()) valid += "\n  " + n;
+    usage_error("unknown preset '", name, "'; the compiled presets are:", valid);
+  }
+  r.source = "preset " + name;
+  r.compiled = name;
+  return r;
+}
+
+/// Whether a parsed config.json uses Hugging Face's field names (hidden_size, num_hidden_layers, ...)
+/// rather than the reference's ModelArgs names.
+bool hf_naming(const nlohmann::json& j) {
+#if DSV32_INSPECT_HF
+  return dsv32::is_hf_config(j);
+#else
+  return j.is_object() && (j.contains("hidden_size") || j.contains("num_hidden_layers") || j.contains("model_type") ||
+                           j.contains("architectures"));
+#endif
+}
+
+[[noreturn]] void no_hf_support(const std::string& what) {
+  dsv32::fail(ErrorKind::unsupported, what, " is in Hugging Face's format, which this build of dsv32-inspect "
+              "does not read (it needs <dsv32/io/hf_checkpoint.hpp>); convert it to the reference's format first");
+}
+
+/// Reads a config.json in either naming: the reference's ModelArgs fields, or Hugging Face's.
+ResolvedConfig resolve_config_file(const fs::path& path) {
+  DSV32_CHECK(fs::exists(path), io, "cannot read config file ", path.string(), ": no such file");
+  DSV32_CHECK(!fs::is_directory(path), io, "cannot read config file ", path.string(), ": it is a directory");
+  ResolvedConfig r;
+  std::ifstream in(path);
+  const nlohmann::json peek = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (hf_naming(peek)) {
+#if DSV32_INSPECT_HF
+    r.args = dsv32::read_hf_config(path).args;
+    r.hf_naming = true;
+#else
+    no_hf_support(path.string());
+#endif
+  } else {
+    r.args = ModelArgs::from_file(path);
+  }
+  r.args.validate(path.string());
+  r.source = path.string();
+  Presets::matching(r.args, [&]<class C>() { r.compiled = std::string(C::name); });
+  return r;
+}
+
+// ------------------------------------------------------------------------------------------ weights
+
+/// What a weight tensor is, for the bytes-per-dtype table.
+enum class WeightKind { fp8, block_scale, bf16, f32 };
+constexpr std::array kWeightKinds = {WeightKind::fp8, WeightKind::block_scale, WeightKind::bf16, WeightKind::f32};
+
+const char* kind_key(WeightKind k) {
+  switch (k) {
+    case WeightKind::fp8: return "fp8_weights";
+    case WeightKind::block_scale: return "f32_block_scales";
+    case WeightKind::bf16: return "bf16";
+    case WeightKind::f32: return "f32";
+  }
+  return "?";
+}
+const char* kind_label(WeightKind k) {
+  switch (k) {
+    case WeightKind::fp8: return "F8_E4M3 weights";
+    case WeightKind::block_scale: return "F32 block scales (1 per 128x128)";
+    case WeightKind::bf16: return "BF16 weights";
+    case WeightKind::f32: return "F32 norms, biases, head";
+  }
+  return "?";
+}
+DType kind_dtype(WeightKind k) {
+  switch (k) {
+    case WeightKind::fp8: return DType::F8_E4M3;
+    case WeightKind::bf16: return DType::BF16;
+    default: return DType::F32;
+  }
+}
+
+/// Weights of one rank by kind.
+struct RankWeights {
+  struct Totals {
+    std::int64_t tensors = 0;
+    std::uint64_t bytes = 0;
+  };
+  std::array<Totals, kWeightKinds.size()> by_kind{};
+  std::int64_t parameters = 0;  ///< elements on this rank, FP8 scales excluded
+
+  /// Adds `copies` tensors of `numel` elements each.
+  void add(WeightKind kind, std::int64_t numel, std::int64_t copies = 1) {
+    Totals& t = by_kind[static_cast<std::size_t>(kind)];
+    t.tensors += copies;
+    t.bytes += static_cast<std::uint64_t>(numel * copies) * dsv32::dtype_size(kind_dtype(kind));
+    if (kind != WeightKind::block_scale) parameters += numel * copies;
+  }
+  /// Adds a tensor of the compiled list.
+  void add(const std::string& name, DType dtype, std::int64_t numel) {
+    switch (dtype) {
+      case DType::F8_E4M3: return add(WeightKind::fp8, numel);
+      case DType::BF16: return add(WeightKind::bf16, numel);
+      case DType::F32: return add(name.ends_with(".scale") ? WeightKind::block_scale : WeightKind::f32, numel);
+      default:
+        dsv32::fail(ErrorKind::unsupported, "tensor ", name, " has dtype ", dsv32::dtype_name(dtype),
+                    ", which dsv32-inspect does not classify");
+    }
+  }
+  std::uint64_t bytes() const {
+    std::uint64_t n = 0;
+    for (const Totals& t : by_kind) n += t.bytes;
+    return n;
+  }
+  std::int64_t tensors() const {
+    std::int64_t n = 0;
+    for (const Totals& t : by_kind) n += t.tensors;
+    return n;
+  }
+};
+
+/// Cache bytes per (sequence, position).
+struct CacheBytes {
+  std::uint64_t mla = 0;      ///< one layer: kv_lora_rank latent + qk_rope_head_dim key, bf16
+  std::uint64_t indexer = 0;  ///< one layer: index_head_dim FP8 codes + index_head_dim / 128 f32 scales
+  std::uint64_t per_layer() const { return mla + indexer; }
+};
+
+/// Everything the config report prints.
+struct ConfigReport {
+  ResolvedConfig config;
+  bool from_compiled = false;  ///< tensor list of the compiled config, or ModelArgs arithmetic
+  dsv32::ParamCounts params;
+  RankWeights weights;
+  CacheBytes cache;
+  RuntimeOptions options;
+  int world_size = 1;
+  std::uint64_t caches = 0, rope_tables = 0;
+  std::uint64_t total() const { return weights.bytes() + caches + rope_tables; }
+};
+
+/// A model of config `C` with `options` would build RoPE tables this large ([max_seq_len, rope / 2]
+/// cos and sin, f32): up to here constructing it to ask its memory plan is cheap.
+constexpr std::uint64_t kCheapRopeTableBytes = std::uint64_t{64} << 20;
+
+/// Fills the weights, caches and tables of `r` from compiled config `C`'s parameter list.
+template <class C>
+void plan_compiled(ConfigReport& r) {
+  PlanningCommunicator comm(r.world_size, 0);
+  const dsv32::Parallel par = planning_parallel(r.world_size, 0, comm);
+  const std::uint64_t rope_bytes = static_cast<std::uint64_t>(r.options.max_seq_len) * C::qk_rope_head_dim * sizeof(float);
+  // The constructor allocates only the RoPE tables ([max_seq_len, rope / 2] cos and sin) and a counter
+  // per sequence (caches are allocated at load): build the model for one sequence, and for one position
+  // when the tables would not be cheap, and scale its per-token and per-position figures.
+  RuntimeOptions build = r.options;
+  build.max_batch_size = 1;
+  const bool scaled = rope_bytes > kCheapRopeTableBytes;
+  if (scaled) build.max_seq_len = 1;
+  dsv32::Transformer<C> model(build, par);
+  for (const dsv32::TensorEntry& t : model.tensors()) r.weights.add(t.name, t.dtype, t.shape.numel());
+  const dsv32::MemoryPlan plan = model.memory_plan();
+  r.cache.indexer = dsv32::Indexer<C, dsv32::Cpu>::cache_bytes_per_token;
+  r.cache.mla = dsv32::MLA<C, dsv32::Cpu>::cache_bytes_per_token - r.cache.indexer;
+  const auto tokens = checked_mul(static_cast<std::uint64_t>(r.options.max_batch_size),
+                                  static_cast<std::uint64_t>(r.options.max_seq_len));
+  r.caches = checked_mul(tokens, plan.cache_bytes_per_token);
+  r.rope_tables = scaled ? plan.rope_tables * static_cast<std::uint64_t>(r.options.max_seq_len) : plan.rope_tables;
+}
+
+/// Fills the weights, caches and tables of `r` from ModelArgs arithmetic: the same tensors the layers
+/// list (see each layer's visit()), counted rather than constructed.
+void plan_arithmetic(ConfigReport& r) {
+  const ModelArgs& a = r.config.args;
+  PlanningCommunicator comm(r.world_size, 0);
+  const dsv32::Parallel par = planning_parallel(r.world_size, 0, comm);
+  // Local sizes, split (and checked) in the order the model's constructor splits them.
+  const std::int64_t vocab = par.split(a.vocab_size, "vocab_size");
+  const std::int64_t heads = par.split(a.n_heads, "n_heads");
+  const std::int64_t inter = a.n_dense_layers > 0 ? par.split(a.inter_dim, "inter_dim") : 0;
+  const std::int64_t moe_layers = a.n_layers - a.n_dense_layers;
+  const std::int64_t experts = moe_layers > 0 ? par.split(a.n_routed_experts, "n_routed_experts") : 0;
+  const std::int64_t shared =
+      moe_layers > 0 ? par.split(a.n_shared_experts * a.moe_inter_dim, "n_shared_experts * moe_inter_dim") : 0;
+
+  const bool fp8 = a.dtype == dsv32::WeightDType::fp8;
+  RankWeights& w = r.weights;
+  auto blocks = [](std::int64_t n) { return (n + dsv32::kBlockSize - 1) / dsv32::kBlockSize; };
+  // Linear(in, out): weight [out, in], and for FP8 an f32 scale [ceil(out/128), ceil(in/128)].
+  auto linear = [&](std::int64_t in, std::int64_t out, std::int64_t copies, std::optional<WeightKind> kind = {}) {
+    const WeightKind k = kind.value_or(fp8 ? WeightKind::fp8 : WeightKind::bf16);
+    w.add(k, in * out, copies);
+    if (k == WeightKind::fp8) w.add(WeightKind::block_scale, blocks(out) * blocks(in), copies);
+  };
+  auto f32 = [&](std::int64_t n, std::int64_t copies) { w.add(WeightKind::f32, n, copies); };
+  auto mlp = [&](std::int64_t hidden, std::int64_t copies) {
+    linear(a.dim, hidden, copies);  // w1
+    linear(hidden, a.dim, copies);  // w2
+    linear(a.dim, hidden, copies);  // w3
+  };
+
+  w.add(WeightKind::bf16, vocab * a.dim);  // embed
+  const std::int64_t L = a.n_layers, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
+  linear(a.dim, a.q_lora_rank, L);                                        // attn.wq_a
+  f32(a.q_lora_rank, L);                                                  // attn.q_norm
+  linear(a.q_lora_rank, heads * qk, L);                                   // attn.wq_b
+  linear(a.dim, a.kv_lora_rank + a.qk_rope_head_dim, L);                  // attn.wkv_a
+  f32(a.kv_lora_rank, L);                                                 // attn.kv_norm
+  linear(a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim), L); // attn.wkv_b
+  linear(heads * a.v_head_dim, a.dim, L);                                 // attn.wo
+  linear(a.q_lora_rank, a.index_n_heads * a.index_head_dim, L);           // attn.indexer.wq_b
+  linear(a.dim, a.index_head_dim, L);                                     // attn.indexer.wk
+  f32(a.index_head_dim, 2 * L);                                           // attn.indexer.k_norm weight, bias
+  linear(a.dim, a.index_n_heads, L, WeightKind::bf16);                    // attn.indexer.weights_proj
+  f32(a.dim, 2 * L);                                                      // attn_norm, ffn_norm
+  mlp(inter, a.n_dense_layers);                                           // dense ffn
+  linear(a.dim, a.n_routed_experts, moe_layers, WeightKind::bf16);        // ffn.gate
+  if (a.resolved_gate_bias()) f32(a.n_routed_experts, moe_layers);        // ffn.gate.bias
+  mlp(a.moe_inter_dim, moe_layers * experts);                             // ffn.experts.*
+  if (a.n_shared_experts > 0) mlp(shared, moe_layers);                    // ffn.shared_experts
+  f32(a.dim, 1);                                                          // norm
+  linear(a.dim, vocab, 1, WeightKind::f32);                               // head
+
+  r.cache.mla = static_cast<std::uint64_t>(a.kv_lora_rank + a.qk_rope_head_dim) * sizeof(dsv32::bf16);
+  r.cache.indexer = static_cast<std::uint64_t>(a.index_head_dim + a.index_head_dim / dsv32::kBlockSize * 4);
+  const auto tokens = checked_mul(static_cast<std::uint64_t>(r.options.max_batch_size),
+                                  static_cast<std::uint64_t>(r.options.max_seq_len));
+  r.caches = checked_mul(tokens, r.cache.per_layer() * static_cast<std::uint64_t>(a.n_layers));
+  // cos and sin, [max_seq_len, qk_rope_head_dim / 2] f32 each
+  r.rope_tables = static_cast<std::uint64_t>(r.options.max_seq_len) * a.qk_rope_head_dim * sizeof(float);
+}
+
+ConfigReport inspect_config(const ResolvedConfig& config, const Args& args) {
+  ConfigReport r;
+  r.config = config;
+  r.options = config.args.runtime;
+  if (args.batch) r.options.max_batch_size = *args.batch;
+  if (args.seq_len) r.options.max_seq_len = *args.seq_len;
+  r.options.validate();
+  r.world_size = args.world_size.value_or(1);
+  r.params = dsv32::count_params(config.args);
+  r.from_compiled = !config.compiled.empty() && !args.arithmetic;
+  if (r.from_compiled)
+    with_preset(config.compiled, [&]<class C>() { plan_compiled<C>(r); });
+  else
+    plan_arithmetic(r);
+  return r;
+}
+
+// ------------------------------------------------------------------------------------------ checkpoint
+
+/// A tensor the checkpoint lacks, has in excess, or has with the wrong dtype or shape.
+struct TensorNote {
+  std::string name;
+  std::string expected;  ///< "BF16 [64, 96]"; empty for an extra tensor
+  std::string found;     ///< empty for a missing tensor
+  std::string alias;     ///< its name in the checkpoint's own naming (Hugging Face), when that differs
+};
+
+TensorNote note(std::string name, std::string expected, std::string found) {
+  TensorNote n;
+  n.name = std::move(name);
+  n.expected = std::move(expected);
+  n.found = std::move(found);
+  return n;
+}
+
+/// The check of one model-parallel shard.
+struct ShardCheck {
+  int rank = 0;
+  std::string file;
+  std::string status = "ok";  ///< ok, absent, unreadable
+  std::string error;
+  std::int64_t expected = 0;
+  std::vector<std::string> present;  ///< found, whether or not its dtype and shape are right
+  std::uint64_t present_bytes = 0;
+  std::vector<TensorNote> missing, extra, mismatched;
+};
+
+struct CheckpointReport {
+  std::string path, format;
+  ResolvedConfig config;
+  std::vector<std::string> config_notes;  ///< where the given config and the checkpoint's config.json disagree
+  int world_size = 1;
+  std::vector<ShardCheck> shards;
+  std::vector<std::string> skipped;  ///< Hugging Face multi-token-prediction tensors, which dsv32 does not load
+
+  template <class Get>
+  std::int64_t sum(Get get) const {
+    std::int64_t n = 0;
+    for (const ShardCheck& s : shards) n += static_cast<std::int64_t>(get(s));
+    return n;
+  }
+  bool complete() const {
+    for (const ShardCheck& s : shards)
+      if (s.status != "ok" || !s.missing.empty() || !s.extra.empty() || !s.mismatched.empty()) return false;
+    return true;
+  }
+};
+
+std::string describe(DType dtype, const std::vector<std::int64_t>& shape) {
+  return std::string(dsv32::dtype_name(dtype)) + ' ' + dsv32::detail::shape_string(shape);
+}
+
+/// Compares `source` (null when the shard's file is absent or unreadable) with what rank `rank` of
+/// compiled config `C` loads: the same walk as dsv32::load_weights, collecting instead of throwing.
+template <class C>
+void check_shard(const dsv32::TensorSource* source, int world, ShardCheck& s) {
+  PlanningCommunicator comm(world, s.rank);
+  dsv32::Transformer<C> model(RuntimeOptions{.max_batch_size = 1, .max_seq_len = 1},
+                              planning_parallel(world, s.rank, comm));
+  std::set<std::string> expected;
+  model.visit([&](const std::string& name, dsv32::Parameter<dsv32::Cpu>& p) {
+    expected.insert(name);
+    ++s.expected;
+    const std::vector<std::int64_t> want = p.shape().dims();
+    const dsv32::TensorInfo* t = source ? source->find(name) : nullptr;
+    if (!t) {
+      s.missing.push_back(note(name, describe(p.dtype(), want), ""));
+      return;
+    }
+    s.present.push_back(name);
+    s.present_bytes += t->bytes();
+    if (!p.accepts(t->dtype) || t->shape != want) {
+      std::string expect = describe(p.dtype(), want);
+      if (p.dtype() == DType::F32) expect += " (or BF16)";
+      s.mismatched.push_back(note(name, expect, describe(t->dtype, t->shape)));
+    }
+  });
+  if (!source) return;
+  for (const std::string& name : source->names())
+    if (!expected.count(name)) {
+      const dsv32::TensorInfo* t = source->find(name);
+      s.extra.push_back(note(name, "", t ? describe(t->dtype, t->shape) : ""));
+    }
+}
+
+/// Whether `dir` holds a Hugging Face checkpoint: its index or model.safetensors (load_checkpoint()'s rule,
+/// after the reference's shards).
+bool is_hf_directory(const fs::path& dir) {
+#if DSV32_INSPECT_HF
+  return dsv32::HfCheckpointSource::detect(dir);
+#else
+  return fs::exists(dir / "model.safetensors.index.json") || fs::exists(dir / "model.safetensors");
+#endif
+}
+
+/// The world sizes of the model{rank}-mp{world}.safetensors files in `dir`.
+std::set<int> shard_world_sizes(const fs::path& dir) {
+  static const std::regex pattern(R"(model(\d+)-mp(\d+)\.safetensors)");
+  std::set<int> worlds;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+    std::smatch m;
+    const std::string name = e.path().filename().string();
+    if (std::regex_match(name, m, pattern) && m[2].length() <= 6) worlds.insert(std::stoi(m[2].str()));
+  }
+  return worlds;
+}
+
+/// Checks one shard file against rank `rank` of the compiled config.
+ShardCheck check_file(const std::string& compiled, const fs::path& file, int world, int rank) {
+  ShardCheck s;
+  s.rank = rank;
+  s.file = file.string();
+  std::optional<dsv32::SafetensorsSource> source;
+  if (!fs::exists(file)) {
+    s.status = "absent";
+  } else {
+    try {
+      source.emplace(file);
+    } catch (const dsv32::Error& e) {
+      s.status = "unreadable";
+      s.error = e.what();
+    }
+  }
+  with_preset(compiled, [&]<class C>() { check_shard<C>(source ? &*source : nullptr, world, s); });
+  return s;
+}
+
+CheckpointReport inspect_checkpoint(const Args& args) {
+  CheckpointReport r;
+  const fs::path path = args.checkpoint;
+  r.path = path.string();
+  DSV32_CHECK(fs::exists(path), io, "cannot read checkpoint ", path.string(), ": no such file or directory");
+  const bool dir = fs::is_directory(path);
+  const fs::path home = dir ? path : path.parent_path();
+  // The layout, by load_checkpoint()'s rule: the reference's shards win over a Hugging Face layout.
+  const std::set<int> worlds = dir ? shard_world_sizes(path) : std::set<int>{};
+  const bool hf = dir && worlds.empty() && is_hf_directory(path);
+  if (hf && !DSV32_INSPECT_HF) no_hf_support("checkpoint directory " + path.string());
+  if (hf && args.world_size.value_or(1) != 1)
+    usage_error(path.string(), " is a Hugging Face checkpoint, which holds whole tensors (world size 1); "
+                "split it with dsv32-convert --model-parallel N and inspect the result");
+
+  // The config: given on the command line, else the checkpoint's config.json.
+  const fs::path config_json = home / "config.json";
+  if (!args.preset.empty() || !args.config.empty()) {
+    r.config = !args.preset.empty() ? resolve_preset(args.preset) : resolve_config_file(args.config);
+    if (fs::exists(config_json) && !r.config.compiled.empty()) {
+      try {
+        const ModelArgs theirs = resolve_config_file(config_json).args;
+        with_preset(r.config.compiled, [&]<class C>() { r.config_notes = theirs.template mismatches<C>(); });
+      } catch (const dsv32::Error& e) {
+        r.config_notes.push_back(std::string("unreadable: ") + e.what());
+      }
+    }
+  } else {
+    if (!fs::exists(config_json))
+      usage_error(home.string(), " has no config.json: name the checkpoint's config with --preset or --config");
+    r.config = resolve_config_file(config_json);
+  }
+  if (r.config.compiled.empty())
+    dsv32::fail(ErrorKind::invalid_config, r.config.source, " matches none of the configs compiled into dsv32-inspect (",
+                Presets::names(), "); a checkpoint can be checked only against a compiled config's tensor list "
+                "(run dsv32-inspect --config on it for its sizes)");
+
+  if (hf) {
+#if DSV32_INSPECT_HF
+    r.format = "Hugging Face";
+    ShardCheck s;
+    s.file = path.string();
+    try {
+      const dsv32::HfCheckpointSource source(path);
+      r.skipped = source.skipped();
+      with_preset(r.config.compiled, [&]<class C>() { check_shard<C>(&source, 1, s); });
+      for (TensorNote& n : s.missing) n.alias = dsv32::hf_name_from_dsv32(n.name);
+    } catch (const dsv32::Error& e) {  // an inconsistent index or shard: report it, count every tensor missing
+      s = ShardCheck{};
+      s.file = path.string();
+      s.status = "unreadable";
+      s.error = e.what();
+      with_preset(r.config.compiled, [&]<class C>() { check_shard<C>(nullptr, 1, s); });
+    }
+    r.shards.push_back(std::move(s));
+#endif
+    return r;
+  }
+  r.format = "reference";
+  if (!dir) {  // one file: its rank and world from the reference's file name, else rank 0 of 1
+    static const std::regex pattern(R"(model(\d+)-mp(\d+)\.safetensors)");
+    std::smatch m;
+    const std::string name = path.filename().string();
+    int rank = 0;
+    if (std::regex_match(name, m, pattern) && m[1].length() <= 6 && m[2].length() <= 6) {
+      rank = std::stoi(m[1].str());
+      r.world_size = std::stoi(m[2].str());
+      if (args.world_size && *args.world_size != r.world_size)
+        usage_error(name, " is a shard of world size ", r.world_size, ", not ", *args.world_size);
+    } else {
+      r.world_size = args.world_size.value_or(1);  // an unnamed file: rank 0 of the world size given
+    }
+    DSV32_CHECK(rank < r.world_size, invalid_argument, name, ": rank ", rank, " outside world size ", r.world_size);
+    r.shards.push_back(check_file(r.config.compiled, path, r.world_size, rank));
+    return r;
+  }
+  if (args.world_size) {
+    r.world_size = *args.world_size;
+  } else if (worlds.size() == 1) {
+    r.world_size = *worlds.begin();
+  } else if (worlds.empty()) {
+    dsv32::fail(ErrorKind::invalid_file, path.string(), " holds no model{rank}-mp{world}.safetensors file (the "
+                "reference's converted format) nor model.safetensors.index.json or model.safetensors (Hugging Face)");
+  } else {
+    std::string list;
+    for (int w : worlds) list += (list.empty() ? "" : ", ") + std::to_string(w);
+    usage_error(path.string(), " holds shards for world sizes ", list, "; choose one with --world-size");
+  }
+  for (int rank = 0; rank < r.world_size; ++rank)
+    r.shards.push_back(
+        check_file(r.config.compiled, path / dsv32::shard_file_name(rank, r.world_size), r.world_size, rank));
+  return r;
+}
+
+// ------------------------------------------------------------------------------------------ output
+
+/// The shape fields (not the runtime options) as a JSON object, gate_bias resolved.
+Json shape_json(const ModelArgs& a) {
+  const nlohmann::json all = a.to_json();
+  Json out = Json::object();
+  ModelArgs::visit_fields([&](const char* key, auto... member) {
+    if constexpr (sizeof...(member) == 1) {
+      if (std::string_view(key) == "gate_bias") out[key] = a.resolved_gate_bias();
+      else out[key] = all.at(key);
+    }
+  });
+  return out;
+}
+
+Json runtime_json(const RuntimeOptions& o) {
+  return Json{{"max_batch_size", o.max_batch_size}, {"max_seq_len", o.max_seq_len},
+              {"original_seq_len", o.original_seq_len}, {"rope_theta", o.rope_theta},
+              {"rope_factor", o.rope_factor}, {"beta_fast", o.beta_fast}, {"beta_slow", o.beta_slow},
+              {"mscale", o.mscale}, {"yarn", o.yarn()}};
+}
+
+Json config_json(const ResolvedConfig& c) {
+  return Json{{"source", c.source},
+              {"naming", c.hf_naming ? "Hugging Face" : "reference"},
+              {"compiled", c.compiled.empty() ? Json() : Json(c.compiled)}};
+}
+
+Json to_json(const ConfigReport& r) {
+  const ModelArgs& a = r.config.args;
+  const dsv32::ParamCounts& p = r.params;
+  const std::int64_t moe_layers = a.n_layers - a.n_dense_layers;
+  Json j;
+  j["config"] = config_json(r.config);
+  j["shape"] = shape_json(a);
+  j["parameters"] = Json{{"total", p.total},
+                         {"activated", p.activated},
+                         {"embedding", p.embedding},
+                         {"head", p.head},
+                         {"final_norm", a.dim},
+                         {"attention_per_layer", p.attention},
+                         {"indexer_per_layer", p.indexer},
+                         {"dense_mlp_per_layer", p.dense_mlp},
+                         {"expert", p.expert},
+                         {"gate_per_moe_layer", p.gate},
+                         {"layers", a.n_layers},
+                         {"dense_layers", a.n_dense_layers},
+                         {"moe_layers", moe_layers}};
+  Json kinds = Json::array();
+  for (WeightKind k : kWeightKinds) {
+    const auto& t = r.weights.by_kind[static_cast<std::size_t>(k)];
+    kinds.push_back(Json{{"kind", kind_key(k)}, {"dtype", dsv32::dtype_name(kind_dtype(k))},
+                         {"tensors", t.tensors}, {"bytes", t.bytes}});
+  }
+  j["weights"] = Json{{"source", r.from_compiled ? "compiled tensor list" : "ModelArgs arithmetic"},
+                      {"world_size", r.world_size},
+                      {"rank", 0},
+                      {"tensors", r.weights.tensors()},
+                      {"parameters", r.weights.parameters},
+                      {"bytes", r.weights.bytes()},
+                      {"by_kind", kinds}};
+  j["cache_bytes_per_token"] = Json{{"mla_per_layer", r.cache.mla},
+                                    {"indexer_per_layer", r.cache.indexer},
+                                    {"per_layer", r.cache.per_layer()},
+                                    {"all_layers", r.cache.per_layer() * static_cast<std::uint64_t>(a.n_layers)}};
+  j["memory_plan"] = Json{{"batch", r.options.max_batch_size},
+                          {"seq_len", r.options.max_seq_len},
+                          {"world_size", r.world_size},
+                          {"weights", r.weights.bytes()},
+                          {"caches", r.caches},
+                          {"rope_tables", r.rope_tables},
+                          {"total", r.total()}};
+  j["runtime"] = runtime_json(r.options);
+  return j;
+}
+
+/// Rows of cells printed as columns: the label left-aligned, the value right-aligned, the rest
+/// (units, notes) left-aligned.
+class Table {
+ public:
+  void row(std::vector<std::string> cells) { rows_.push_back(std::move(cells)); }
+  void row(std::string label, std::string value, std::string note = {}) {
+    row({std::move(label), std::move(value), std::move(note)});
+  }
+  /// A byte count: "1,234,567 B" then "1.18 MiB", then the note.
+  void bytes(std::string label, std::uint64_t n, std::string note = {}) {
+    row({std::move(label), grouped(n) + " B", n >= 1024 ? dsv32::format_bytes(static_cast<double>(n)) : "",
+         std::move(note)});
+  }
+  void print(std::ostream& os) const {
+    std::vector<std::size_t> width;
+    for (const auto& r : rows_)
+      for (std::size_t c = 0; c < r.size(); ++c) {
+        if (width.size() <= c) width.push_back(0);
+        width[c] = std::max(width[c], r[c].size());
+      }
+    for (const auto& r : rows_) {
+      std::string line = "  ";
+      for (std::size_t c = 0; c < r.size(); ++c) {
+        const std::string pad(width[c] - r[c].size(), ' ');
+        line += c == 1 ? pad + r[c] : r[c] + pad;
+        line += "  ";
+      }
+      line.erase(line.find_last_not_of(' ') + 1);
+      os << line << '\n';
+    }
+  }
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+/// "3 layers", "1 layer".
+std::string count_of(std::int64_t n, const std::string& noun) {
+  return std::to_string(n) + ' ' + noun + (n == 1 ? "" : "s");
+}
+
+void print_text(std::ostream& os, const ConfigReport& r) {
+  const ModelArgs& a = r.config.args;
+  const dsv32::ParamCounts& p = r.params;
+  const std::int64_t moe_layers = a.n_layers - a.n_dense_layers;
+  os << "config: " << r.config.source << (r.config.hf_naming ? ", Hugging Face naming" : "");
+  if (!r.config.compiled.empty()) os << " (compiled config " << r.config.compiled << ")";
+  else os << " (matches no compiled config)";
+  os << "\n\nShape\n";
+  Table shape;
+  const Json fields = shape_json(a);
+  for (const auto& [key, value] : fields.items())
+    shape.row(key, value.is_string() ? value.get<std::string>() : value.dump());
+  shape.print(os);
+
+  auto g = [](std::int64_t n) { return grouped(static_cast<std::uint64_t>(n)); };
+  os << "\nParameters (weights, biases and norms; FP8 scales excluded)\n";
+  Table params;
+  params.row("total", g(p.total));
+  params.row("activated per token", g(p.activated),
+             std::to_string(a.n_activated_experts) + " of " + std::to_string(a.n_routed_experts) + " routed experts");
+  params.row("embedding", g(p.embedding), "vocab_size x dim");
+  params.row("head", g(p.head), "vocab_size x dim");
+  params.row("final norm", g(a.dim));
+  params.row("attention, per layer", g(p.attention),
+             "MLA with its indexer and the block's 2 norms; x " + count_of(a.n_layers, "layer") + " = " +
+                 g(p.attention * a.n_layers));
+  params.row("  of which indexer", g(p.indexer), "x " + std::to_string(a.n_layers) + " = " + g(p.indexer * a.n_layers));
+  params.row("dense MLP, per layer", g(p.dense_mlp),
+             "x " + count_of(a.n_dense_layers, "dense layer") + " = " + g(p.dense_mlp * a.n_dense_layers));
+  params.row("expert (routed or shared)", g(p.expert),
+             "x " + std::to_string(a.n_routed_experts + a.n_shared_experts) + " per MoE layer x " +
+                 std::to_string(moe_layers) + " = " + g(p.expert * (a.n_routed_experts + a.n_shared_experts) * moe_layers));
+  params.row("gate, per MoE layer", g(p.gate), "x " + std::to_string(moe_layers) + " = " + g(p.gate * moe_layers));
+  params.print(os);
+
+  os << "\nWeights by dtype (" << (r.from_compiled ? "the compiled config's tensor list" : "computed from ModelArgs arithmetic")
+     << (r.world_size > 1 ? ", one rank of " + std::to_string(r.world_size) : std::string()) << ")\n";
+  if (!r.from_compiled && r.config.compiled.empty())
+    os << "  (no compiled config matches: these are what dsv32's layers would hold for these fields)\n";
+  Table weights;
+  for (WeightKind k : kWeightKinds) {
+    const auto& t = r.weights.by_kind[static_cast<std::size_t>(k)];
+    if (t.tensors) weights.bytes(kind_label(k), t.bytes, g(t.tensors) + " tensors");
+  }
+  weights.bytes("total", r.weights.bytes(),
+              g(r.weights.tensors()) + " tensors, " + g(r.weights.parameters) + " parameters");
+  weights.print(os);
+
+  os << "\nCache bytes per token (one sequence, one position)\n";
+  Table cache;
+  cache.row("MLA latent + rope key, bf16", grouped(r.cache.mla) + " B",
+            "(kv_lora_rank " + std::to_string(a.kv_lora_rank) + " + qk_rope_head_dim " +
+                std::to_string(a.qk_rope_head_dim) + ") x 2 B");
+  cache.row("indexer keys, FP8 + scales", grouped(r.cache.indexer) + " B",
+            "index_head_dim " + std::to_string(a.index_head_dim) + " x 1 B + " +
+                count_of(a.index_head_dim / dsv32::kBlockSize, "f32 scale") + " x 4 B");
+  cache.row("per layer", grouped(r.cache.per_layer()) + " B");
+  cache.bytes("all " + count_of(a.n_layers, "layer"), r.cache.per_layer() * static_cast<std::uint64_t>(a.n_layers));
+  cache.print(os);
+
+  os << "\nMemory plan (batch " << r.options.max_batch_size << ", seq_len " << r.options.max_seq_len;
+  if (r.world_size > 1) os << ", per rank of world size " << r.world_size;
+  os << ")\n";
+  Table plan;
+  plan.bytes("weights", r.weights.bytes());
+  plan.bytes("KV + indexer caches", r.caches,
+           std::to_string(r.options.max_batch_size) + " x " + std::to_string(r.options.max_seq_len) + " tokens");
+  plan.bytes("RoPE tables", r.rope_tables, r.options.yarn() ? "YaRN on" : "");
+  plan.bytes("total", r.total());
+  plan.print(os);
+}
+
+/// The first `limit` of `notes` under "title (count):"; `count` defaults to notes.size().
+void print_names(std::ostream& os, const char* title, const std::vector<TensorNote>& notes, std::size_t limit,
+                 std::optional<std::size_t> count = {}) {
+  const std::size_t n = count.value_or(notes.size());
+  if (n == 0 || limit == 0) return;
+  os << "  " << title << " (" << n << "):\n";
+  for (std::size_t i = 0; i < notes.size() && i < limit; ++i) {
+    const TensorNote& n = notes[i];
+    os << "    " << n.name;
+    if (!n.found.empty() && !n.expected.empty()) os << ": has " << n.found << ", expected " << n.expected;
+    else if (!n.expected.empty()) os << " (expected " << n.expected << ")";
+    else if (!n.found.empty()) os << " (" << n.found << ")";
+    if (!n.alias.empty()) os << ", stored as " << n.alias;
+    os << '\n';
+  }
+  if (n > limit) os << "    ... and " << n - limit << " more (--all lists every one)\n";
+}
+
+Json notes_json(const std::vector<TensorNote>& notes, std::size_t limit) {
+  Json out = Json::array();
+  for (std::size_t i = 0; i < notes.size() && i < limit; ++i) {
+    Json n{{"name", notes[i].name}};
+    if (!notes[i].expected.empty()) n["expected"] = notes[i].expected;
+    if (!notes[i].found.empty()) n["found"] = notes[i].found;
+    if (!notes[i].alias.empty()) n["stored_as"] = notes[i].alias;
+    out.push_back(std::move(n));
+  }
+  return out;
+}
+
+Json to_json(const CheckpointReport& r, std::size_t limit) {
+  Json shards = Json::array();
+  for (const ShardCheck& s : r.shards) {
+    Json present = Json::array();
+    for (std::size_t i = 0; i < s.present.size() && i < limit; ++i) present.push_back(s.present[i]);
+    Json j{{"rank", s.rank}, {"file", s.file}, {"status", s.status}};
+    if (!s.error.empty()) j["error"] = s.error;
+    j["expected"] = s.expected;
+    j["present"] = s.present.size();
+    j["present_bytes"] = s.present_bytes;
+    j["missing"] = s.missing.size();
+    j["extra"] = s.extra.size();
+    j["mismatched"] = s.mismatched.size();
+    j["present_names"] = present;
+    j["missing_tensors"] = notes_json(s.missing, limit);
+    j["extra_tensors"] = notes_json(s.extra, limit);
+    j["mismatched_tensors"] = notes_json(s.mismatched, limit);
+    j["truncated"] = std::max({s.present.size(), s.missing.size(), s.extra.size(), s.mismatched.size()}) > limit;
+    shards.push_back(std::move(j));
+  }
+  Json j;
+  j["checkpoint"] = r.path;
+  j["format"] = r.format;
+  j["config"] = config_json(r.config);
+  j["config_json_disagrees"] = r.config_notes;
+  j["world_size"] = r.world_size;
+  if (r.format == "Hugging Face") {
+    Json skipped = Json::array();
+    for (std::size_t i = 0; i < r.skipped.size() && i < limit; ++i) skipped.push_back(r.skipped[i]);
+    j["skipped_mtp"] = r.skipped.size();
+    j["skipped_mtp_names"] = skipped;
+  }
+  j["expected"] = r.sum([](const ShardCheck& s) { return s.expected; });
+  j["present"] = r.sum([](const ShardCheck& s) { return s.present.size(); });
+  j["missing"] = r.sum([](const ShardCheck& s) { return s.missing.size(); });
+  j["extra"] = r.sum([](const ShardCheck& s) { return s.extra.size(); });
+  j["mismatched"] = r.sum([](const ShardCheck& s) { return s.mismatched.size(); });
+  j["complete"] = r.complete();
+  j["shards"] = shards;
+  return j;
+}
+
+void print_text(std::ostream& os, const CheckpointReport& r, std::size_t limit) {
+  os << "checkpoint: " << r.path << " (" << r.format << " format, world size " << r.world_size << ")\n";
+  os << "config: " << r.config.source << (r.config.hf_naming ? ", Hugging Face naming" : "") << " (compiled config "
+     << r.config.compiled << ")\n";
+  if (!r.skipped.empty())
+    os << "skipped: " << r.skipped.size() << " multi-token-prediction tensors (dsv32 does not load them)\n";
+  if (!r.config_notes.empty()) {
+    os << "warning: the checkpoint's config.json disagrees with the config given:\n";
+    for (const std::string& n : r.config_notes) os << "  " << n << '\n';
+  }
+  for (const ShardCheck& s : r.shards) {
+    if (r.format == "Hugging Face") os << "\ntensors of " << s.file << " (dsv32 names)";
+    else os << "\nshard " << s.file << " (rank " << s.rank << ")";
+    if (s.status == "absent") os << ": absent";
+    if (s.status == "unreadable") os << ": unreadable: " << s.error;
+    os << '\n';
+    Table t;
+    t.row("expected tensors", grouped(static_cast<std::uint64_t>(s.expected)));
+    t.row("present", grouped(s.present.size()), s.present.size() == static_cast<std::size_t>(s.expected) ? "(all)" : "");
+    t.row("missing", grouped(s.missing.size()));
+    t.row("extra", grouped(s.extra.size()));
+    t.row("wrong dtype or shape", grouped(s.mismatched.size()));
+    t.bytes("bytes present", s.present_bytes);
+    t.print(os);
+    print_names(os, "missing", s.missing, limit);
+    print_names(os, "extra", s.extra, limit);
+    print_names(os, "wrong dtype or shape", s.mismatched, limit);
+    std::vector<TensorNote> present;
+    for (std::size_t i = 0; i < s.present.size() && i < limit; ++i) present.push_back(note(s.present[i], "", ""));
+    print_names(os, "present", present, limit, s.present.size());
+  }
+  const auto n = [&](auto get) { return grouped(static_cast<std::uint64_t>(r.sum(get))); };
+  os << "\ntensors: " << n([](const ShardCheck& s) { return s.expected; }) << " expected, "
+     << n([](const ShardCheck& s) { return s.present.size(); }) << " present, "
+     << n([](const ShardCheck& s) { return s.missing.size(); }) << " missing, "
+     << n([](const ShardCheck& s) { return s.extra.size(); }) << " extra, "
+     << n([](const ShardCheck& s) { return s.mismatched.size(); }) << " with the wrong dtype or shape\n";
+  os << (r.complete() ? "result: complete — every tensor present with its dtype and shape, nothing extra\n"
+                      : "result: INCOMPLETE — dsv32 would refuse to load this checkpoint\n");
+}
+
+int list_presets(bool json) {
+  Json out = Json::array();
+  Table t;
+  for (const std::string& name : preset_names()) {
+    with_preset(name, [&]<class C>() {
+      const dsv32::ParamCounts& p = dsv32::param_counts<C>;
+      const char* dtype = dsv32::ConfigTraits<C>::fp8 ? "fp8" : "bf16";
+      out.push_back(Json{{"name", name}, {"dtype", dtype}, {"n_layers", C::n_layers}, {"dim", C::dim},
+                         {"total_parameters", p.total}, {"activated_parameters", p.activated}});
+      t.row(name, grouped(static_cast<std::uint64_t>(p.total)) + " parameters",
+            std::string(dtype) + ", " + std::to_string(C::n_layers) + " layers, dim " + std::to_string(C::dim));
+    });
+  }
+  if (json) std::cout << out.dump(2) << '\n';
+  else t.print(std::cout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args args;
+  try {
+    args = parse_args(argc, argv);
+    if (args.help) {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (args.list_presets) return list_presets(args.json);
+    const std::size_t limit = args.all ? std::numeric_limits<std::size_t>::max() : args.limit;
+    if (!args.checkpoint.empty()) {
+      const CheckpointReport r = inspect_checkpoint(args);
+      if (args.json) std::cout << to_json(r, limit).dump(2) << '\n';
+      else print_text(std::cout, r, limit);
+      return r.complete() ? 0 : 1;
+    }
+    const ResolvedConfig config = !args.preset.empty() ? resolve_preset(args.preset) : resolve_config_file(args.config);
+    const ConfigReport r = inspect_config(config, args);
+    if (args.json) std::cout << to_json(r).dump(2) << '\n';
+    else print_text(std::cout, r);
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << "dsv32-inspect: " << e.what() << "\n(see dsv32-inspect --help)\n";
+  } catch (const dsv32::Error& e) {
+    std::cerr << "dsv32-inspect: " << e.what() << '\n';
+  } catch (const std::exception& e) {
+    std::cerr << "dsv32-inspect: unexpected error: " << e.what() << '\n';
+  }
+  return 2;
+}
