@@ -11,6 +11,7 @@
 #include <array>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 
 namespace dsv32 {
@@ -23,6 +24,13 @@ using bf16 = Eigen::bfloat16;
 
 /// \brief Rounds a float to the nearest bf16 and back: the value a bf16 tensor would hold.
 inline float round_bf16(float x) noexcept { return static_cast<float>(bf16(x)); }
+
+/// \brief Widens n bf16 values to float (exact), written so compilers vectorize it.
+inline void widen_bf16(const bf16* src, float* dst, std::size_t n) noexcept {
+  // bf16 is a standard-layout wrapper of one unsigned short: a pointer to it is a pointer to its bits
+  const auto* bits = reinterpret_cast<const unsigned short*>(src);
+  for (std::size_t i = 0; i < n; ++i) dst[i] = std::bit_cast<float>(static_cast<std::uint32_t>(bits[i]) << 16);
+}
 
 /// \brief One FP8 E4M3FN value stored as its bit pattern: 1 sign, 4 exponent (bias 7), 3 mantissa
 ///        bits; no infinities; 0x7F/0xFF are NaN; the largest finite magnitude is 448.

@@ -38,7 +38,7 @@ inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, con
   const std::int64_t blocks = D / kBlockSize;
   std::vector<float> kf(static_cast<std::size_t>(T * D));
   for (std::int64_t i = 0; i < T * D; ++i) kf[i] = decode_e4m3(k_codes[i]);
-  parallel_for(S, [&](std::int64_t s) {
+  parallel_for(S, H * D * T, [&](std::int64_t s) {
     const std::int64_t n = visible[s];
     if (n <= 0) return;
     RowMatrixF q(H, D);
@@ -117,28 +117,30 @@ inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, st
                              std::int64_t nope, std::int64_t rope, std::int64_t v, const std::int32_t* selected,
                              const std::int64_t* count, std::int64_t k_max, float scale, bf16* out) {
   const std::int64_t dq = nope + rope, dkv = nope + v;
-  parallel_for(S * H, [&](std::int64_t sh) {
-    const std::int64_t s = sh / H, h = sh % H;
+  parallel_for(S, k_max * H * (dq + dkv), [&](std::int64_t s) {
+    // Positions outer, heads inner: each selected position's keys and values for all heads are one
+    // contiguous [H, nope + v] row, read (and widened) once per pass.
     const std::int64_t n = count[s];
     const std::int32_t* sel = selected + s * k_max;
-    const bf16* qs = q + (s * H + h) * dq;
-    std::vector<float> qf(static_cast<std::size_t>(dq)), p(static_cast<std::size_t>(n)), acc(static_cast<std::size_t>(v), 0.0f);
-    for (std::int64_t d = 0; d < dq; ++d) qf[d] = static_cast<float>(qs[d]);
+    RowMatrixF qf(H, dq), row(H, dkv), scores(H, n), acc = RowMatrixF::Zero(H, v);
+    Eigen::RowVectorXf pe(rope);
+    widen_bf16(q + s * H * dq, qf.data(), static_cast<std::size_t>(H * dq));
+    auto widen_row = [&](std::int64_t j) {
+      const bf16* src = kv + static_cast<std::int64_t>(sel[j]) * H * dkv;
+      widen_bf16(src, row.data(), static_cast<std::size_t>(H * dkv));
+    };
     for (std::int64_t j = 0; j < n; ++j) {
-      const bf16* kn = kv + (sel[j] * H + h) * dkv;
-      const bf16* kp = k_pe + sel[j] * rope;
-      float dot = 0.0f;
-      for (std::int64_t d = 0; d < nope; ++d) dot += qf[d] * static_cast<float>(kn[d]);
-      for (std::int64_t d = 0; d < rope; ++d) dot += qf[nope + d] * static_cast<float>(kp[d]);
-      p[j] = dot * scale;
+      widen_row(j);
+      for (std::int64_t d = 0; d < rope; ++d) pe[d] = static_cast<float>(k_pe[sel[j] * rope + d]);
+      scores.col(j) = (row.leftCols(nope).cwiseProduct(qf.leftCols(nope)).rowwise().sum() +
+                       qf.rightCols(rope) * pe.transpose()) * scale;
     }
-    detail::softmax_to_bf16(p.data(), n);
+    for (std::int64_t h = 0; h < H; ++h) detail::softmax_to_bf16(scores.row(h).data(), n);
     for (std::int64_t j = 0; j < n; ++j) {
-      const bf16* vv = kv + (sel[j] * H + h) * dkv + nope;
-      for (std::int64_t d = 0; d < v; ++d) acc[d] += p[j] * static_cast<float>(vv[d]);
+      widen_row(j);
+      acc.array() += row.rightCols(v).array().colwise() * scores.col(j).array();
     }
-    bf16* o = out + (s * H + h) * v;
-    for (std::int64_t d = 0; d < v; ++d) o[d] = bf16(acc[d]);
+    for (std::int64_t i = 0; i < H * v; ++i) out[s * H * v + i] = bf16(acc.data()[i]);
   });
 }
 
@@ -204,7 +206,7 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
 inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
                          std::int64_t v, const WeightView& wkv_b, bf16* q_lat) {
   const std::int64_t C = wkv_b.in;
-  parallel_for(H, [&](std::int64_t h) {
+  parallel_for(H, (T + 1) * nope * C, [&](std::int64_t h) {
     RowMatrixF w(nope, C), qn(T, nope);
     weight_rows_f32(wkv_b, h * (nope + v), nope, w.data());
     for (std::int64_t t = 0; t < T; ++t)
@@ -222,7 +224,7 @@ inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int
 inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t v,
                            const WeightView& wkv_b, bf16* out) {
   const std::int64_t C = wkv_b.in;
-  parallel_for(H, [&](std::int64_t h) {
+  parallel_for(H, (T + 1) * v * C, [&](std::int64_t h) {
     RowMatrixF w(v, C), o(T, C);
     weight_rows_f32(wkv_b, h * (nope + v) + nope, v, w.data());
     for (std::int64_t t = 0; t < T; ++t)

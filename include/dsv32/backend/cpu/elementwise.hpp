@@ -46,7 +46,7 @@ inline float inverse_rms(const float* s, std::int64_t n, float eps) {
 /// \param w [dim] f32
 /// \param y [rows, dim] bf16 (may alias x)
 inline void rms_norm(MatrixView<const bf16> x, const float* w, float eps, MatrixView<bf16> y) {
-  parallel_for(x.rows, [&](std::int64_t r) {
+  parallel_for(x.rows, x.cols, [&](std::int64_t r) {
     std::vector<float> s(static_cast<std::size_t>(x.cols));
     for (std::int64_t i = 0; i < x.cols; ++i) s[i] = static_cast<float>(x.row(r)[i]);
     const float inv = detail::inverse_rms(s.data(), x.cols, eps);
@@ -62,7 +62,7 @@ inline void rms_norm(MatrixView<const bf16> x, const float* w, float eps, Matrix
 /// \param y        [rows, dim] bf16 (may alias x)
 inline void rms_norm_residual(MatrixView<const bf16> x, MatrixView<bf16> residual, const float* w, float eps,
                               MatrixView<bf16> y) {
-  parallel_for(x.rows, [&](std::int64_t r) {
+  parallel_for(x.rows, x.cols, [&](std::int64_t r) {
     std::vector<float> s(static_cast<std::size_t>(x.cols));
     for (std::int64_t i = 0; i < x.cols; ++i)
       s[i] = static_cast<float>(x.row(r)[i]) + static_cast<float>(residual.row(r)[i]);
@@ -78,7 +78,7 @@ inline void rms_norm_residual(MatrixView<const bf16> x, MatrixView<bf16> residua
 /// \param b [dim] f32
 /// \param y [rows, dim] bf16 (may alias x)
 inline void layer_norm(MatrixView<const bf16> x, const float* w, const float* b, float eps, MatrixView<bf16> y) {
-  parallel_for(x.rows, [&](std::int64_t r) {
+  parallel_for(x.rows, x.cols, [&](std::int64_t r) {
     std::vector<float> s(static_cast<std::size_t>(x.cols));
     double sum = 0.0;
     for (std::int64_t i = 0; i < x.cols; ++i) {
@@ -112,7 +112,7 @@ inline void silu_mul(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixV
 inline void hadamard(MatrixView<bf16> x) {
   const std::int64_t n = x.cols;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(n)));
-  parallel_for(x.rows, [&](std::int64_t r) {
+  parallel_for(x.rows, x.cols, [&](std::int64_t r) {
     std::vector<float> v(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(x.row(r)[i]);
     for (std::int64_t h = 1; h < n; h *= 2)

@@ -76,7 +76,7 @@ template <class Store>
 void dense_product(const float* x, std::int64_t m, const WeightView& w, Store&& store) {
   const std::int64_t k = w.in, n = w.out, nb = tile_rows(k);
   const Eigen::Map<const RowMatrixF> X(x, m, k);
-  parallel_for((n + nb - 1) / nb, [&](std::int64_t t) {
+  parallel_for((n + nb - 1) / nb, (m + 1) * nb * k, [&](std::int64_t t) {
     const std::int64_t n0 = t * nb, rows = std::min(nb, n - n0);
     const float* wt;
     if (w.dtype == DType::F32) {
@@ -105,7 +105,7 @@ void fp8_product(const std::uint8_t* xq, const float* xs, std::int64_t m, const 
   RowMatrixD xd(m, k);
   for (std::int64_t i = 0; i < m * k; ++i) xd.data()[i] = decode_e4m3(xq[i]);
   const auto* wq = static_cast<const std::uint8_t*>(w.data);
-  parallel_for((n + kBlockSize - 1) / kBlockSize, [&](std::int64_t nb) {
+  parallel_for((n + kBlockSize - 1) / kBlockSize, (m + 1) * kBlockSize * k, [&](std::int64_t nb) {
     const std::int64_t n0 = nb * kBlockSize, rows = std::min(kBlockSize, n - n0);
     Eigen::Map<RowMatrixF> acc(thread_scratch(1, static_cast<std::size_t>(m * rows)), m, rows);
     acc.setZero();

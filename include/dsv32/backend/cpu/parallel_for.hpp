@@ -6,23 +6,30 @@
 
 #if defined(_OPENMP)
 #include <omp.h>
-#define DSV32_OMP_FOR _Pragma("omp parallel for schedule(dynamic, 1)")
-#else
-#define DSV32_OMP_FOR
 #endif
 
 namespace dsv32::cpu {
 
-/// \brief Calls `f(i)` for every i in [0, n), spread over the OpenMP threads when available.
-///        Iterations must be independent.
+/// \brief Work (roughly, multiply-adds) below which a loop runs on the calling thread: waking a
+///        thread team costs microseconds, and on a busy machine far more, so small loops — a
+///        decode step's norms, a tiny model's layers — stay serial.
+inline constexpr std::int64_t kParallelWorkThreshold = std::int64_t{1} << 18;
+
+/// \brief Calls `f(i)` for every i in [0, n), spread over the OpenMP threads when the loop's total
+///        work `n * work_per_item` is worth it. Iterations must be independent.
+/// \param n             iterations
+/// \param work_per_item estimated multiply-adds per iteration
+/// \param f             the body, called as f(std::int64_t i)
 template <class F>
-void parallel_for(std::int64_t n, F&& f) {
+void parallel_for(std::int64_t n, std::int64_t work_per_item, F&& f) {
 #if defined(_OPENMP)
-  if (n > 1 && !omp_in_parallel()) {
-    DSV32_OMP_FOR
+  if (n > 1 && n * work_per_item >= kParallelWorkThreshold && !omp_in_parallel()) {
+#pragma omp parallel for schedule(dynamic, 1)
     for (std::int64_t i = 0; i < n; ++i) f(i);
     return;
   }
+#else
+  (void)work_per_item;
 #endif
   for (std::int64_t i = 0; i < n; ++i) f(i);
 }

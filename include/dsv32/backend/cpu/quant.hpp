@@ -35,7 +35,7 @@ inline float activation_scale(float amax, ScaleFmt fmt) noexcept {
 inline void act_quant(MatrixView<const bf16> x, ScaleFmt fmt, MatrixView<std::uint8_t> codes,
                       MatrixView<float> scale) {
   const std::int64_t blocks = x.cols / kBlockSize;
-  parallel_for(x.rows, [&](std::int64_t r) {
+  parallel_for(x.rows, x.cols, [&](std::int64_t r) {
     const bf16* xr = x.row(r);
     std::uint8_t* qr = codes.row(r);
     float* sr = scale.row(r);

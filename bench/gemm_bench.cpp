@@ -1,0 +1,48 @@
+// dsv32-bench-gemm: the CPU backend's linear layers on the 671B model's shapes — BF16 and FP8
+// (E4M3 + 128x128 block scales) weights, decode (M = 1) and prefill (M = 128) — in GFLOP/s and
+// weight GB/s, medians over repetitions.
+//   dsv32-bench-gemm [reps]
+#include <dsv32/dsv32.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+#include "bench_util.hpp"
+
+int main(int argc, char** argv) {
+  using namespace dsv32;
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 5;
+  struct Shape2 { const char* name; std::int64_t out, in; };
+  const Shape2 shapes[] = {{"wq_a 7168->1536", 1536, 7168}, {"expert w1 7168->2048", 2048, 7168},
+                           {"expert w2 2048->7168", 7168, 2048}, {"wo 16384->7168", 7168, 16384}};
+  std::mt19937 gen(1);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::printf("%-24s %-6s %5s %10s %10s %10s\n", "shape", "dtype", "M", "ms", "GFLOP/s", "weight GB/s");
+  for (const auto& s : shapes) {
+    std::vector<bf16> wb(static_cast<std::size_t>(s.out * s.in));
+    std::vector<std::uint8_t> wq(wb.size());
+    std::vector<float> scale(static_cast<std::size_t>(((s.out + 127) / 128) * (s.in / 128)), 1.0f / 448.0f);
+    for (std::size_t i = 0; i < wb.size(); ++i) {
+      const float v = normal(gen) * 0.02f;
+      wb[i] = bf16(v);
+      wq[i] = encode_e4m3(v * 448.0f * 20.0f);
+    }
+    for (std::int64_t m : {1, 128}) {
+      std::vector<bf16> x(static_cast<std::size_t>(m * s.in)), y(static_cast<std::size_t>(m * s.out));
+      for (auto& v : x) v = bf16(normal(gen));
+      for (int fp8 = 0; fp8 < 2; ++fp8) {
+        const WeightView w = fp8 ? WeightView{DType::F8_E4M3, wq.data(), s.out, s.in, scale.data()}
+                                 : WeightView{DType::BF16, wb.data(), s.out, s.in, nullptr};
+        const double ms = bench::median_ms(reps, [&] {
+          Kernels<Cpu>::linear({x.data(), m, s.in, s.in}, w, ScaleFmt::ue8m0, {y.data(), m, s.out, s.out});
+        });
+        const double flops = 2.0 * m * s.out * s.in, bytes = static_cast<double>(s.out * s.in) * (fp8 ? 1 : 2);
+        std::printf("%-24s %-6s %5lld %10.3f %10.2f %10.2f\n", s.name, fp8 ? "fp8" : "bf16", static_cast<long long>(m),
+                    ms, flops / ms / 1e6, bytes / ms / 1e6);
+      }
+    }
+  }
+  return 0;
+}
