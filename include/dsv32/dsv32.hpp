@@ -2,8 +2,10 @@
 /// \brief dsv32: DeepSeek-V3.2-Exp inference as a header-only C++20 library — the umbrella header.
 ///
 /// Includes the core types, configs, the CPU backend, every layer, the Transformer, the checkpoint
-/// readers and the generation API. No CUDA header is reachable from here: CUDA builds include
-/// <dsv32/cuda.hpp> as well.
+/// readers and the generation API. No CUDA header is reachable from here: a CUDA backend plugs in
+/// as specializations of Memory<Cuda> and Kernels<Cuda> (see backend/backend.hpp) in a header of
+/// its own. The tokenizer (<dsv32/tokenizer.hpp>) and the golden replay (<dsv32/testing/golden.hpp>)
+/// are separate includes: the first needs PCRE2, the second is for tests.
 #pragma once
 
 #include "dsv32/core/error.hpp"
@@ -15,6 +17,11 @@
 #include "dsv32/config/presets.hpp"
 #include "dsv32/config/runtime_options.hpp"
 #include "dsv32/config/model_args.hpp"
+#include "dsv32/config/registry.hpp"
 #include "dsv32/backend/backend.hpp"
 #include "dsv32/backend/cpu/kernels.hpp"
 #include "dsv32/layers/transformer.hpp"
+#include "dsv32/io/safetensors.hpp"
+#include "dsv32/io/checkpoint.hpp"
+#include "dsv32/generate/sampling.hpp"
+#include "dsv32/generate/generate.hpp"

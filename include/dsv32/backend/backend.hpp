@@ -21,8 +21,8 @@ struct Cpu {
   static constexpr const char* name = "cpu";
 };
 
-/// \brief The CUDA backend tag: cuBLASLt plus dsv32's kernels. Its specializations are declared in
-///        <dsv32/cuda.hpp>, which only builds that opt into CUDA include.
+/// \brief The CUDA backend tag (cuBLASLt plus dsv32's kernels). Reserved: this release specializes
+///        Memory and Kernels for Cpu only, so Transformer<C, Cuda> does not compile yet.
 struct Cuda {
   static constexpr const char* name = "cuda";
 };
@@ -37,7 +37,7 @@ inline constexpr bool dependent_false = false;
 template <class Backend>
 struct Memory {
   static_assert(detail::dependent_false<Backend>,
-                "dsv32: no Memory<Backend> specialization: include the backend's header (e.g. <dsv32/cuda.hpp>)");
+                "dsv32: no Memory<Backend> specialization for this backend (include its header; this release implements Cpu)");
 };
 
 /// \brief The computational kernels of a backend (see backend/cpu/kernels.hpp for the list).
@@ -45,7 +45,7 @@ struct Memory {
 template <class Backend>
 struct Kernels {
   static_assert(detail::dependent_false<Backend>,
-                "dsv32: no Kernels<Backend> specialization: include the backend's header (e.g. <dsv32/cuda.hpp>)");
+                "dsv32: no Kernels<Backend> specialization for this backend (include its header; this release implements Cpu)");
 };
 
 /// @}
