@@ -1,143 +1,120 @@
 /// \file
-/// \brief Loading a Transformer's weights: tensor sources (a safetensors file in the reference's
-///        converted naming) and the checked load that walks the model's parameter list.
+/// \brief Loading a Transformer's weights from a checkpoint: a safetensors file or directory in the
+///        reference's converted format (`model{rank}-mp{world}.safetensors`), or a Hugging Face
+///        checkpoint directory (config.json + sharded safetensors), told apart by their files.
+///
+/// Tensor sources and the checked load itself are in <dsv32/io/tensor_source.hpp>; Hugging Face
+/// names and configs in <dsv32/io/hf_checkpoint.hpp>.
 #pragma once
 
-#include <cstdint>
+#include <algorithm>
 #include <filesystem>
-#include <map>
-#include <memory>
-#include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
-#include "dsv32/backend/backend.hpp"
+#include <nlohmann/json.hpp>
+
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/io/hf_checkpoint.hpp"
 #include "dsv32/io/safetensors.hpp"
-#include "dsv32/layers/parameter.hpp"
+#include "dsv32/io/tensor_source.hpp"
 
 namespace dsv32 {
 
 /// \addtogroup io
 /// @{
 
-/// \brief Where a model's tensors come from, under dsv32's names (the reference's converted naming:
-///        `embed.weight`, `layers.0.attn.wq_a.weight`, `layers.0.attn.wq_a.scale`, ...).
-class TensorSource {
- public:
-  virtual ~TensorSource() = default;
-  /// \brief The tensor called `name`, or nullptr. The pointer stays valid while the source lives.
-  virtual const TensorInfo* find(const std::string& name) const = 0;
-  /// \brief An owner that keeps `t`'s bytes alive (to borrow weights from a mapping).
-  virtual std::shared_ptr<const void> owner_of(const TensorInfo& t) const = 0;
-  /// \brief Every tensor name the source offers (to report tensors the model does not expect).
-  virtual std::vector<std::string> names() const = 0;
-  /// \brief What the source is, for messages ("file x.safetensors", "checkpoint directory d").
-  virtual std::string describe() const = 0;
+/// \brief The kinds of checkpoint load_checkpoint() reads.
+enum class CheckpointLayout {
+  file,          ///< one safetensors file in dsv32's (the reference's converted) naming
+  converted,     ///< a directory of `model{rank}-mp{world}.safetensors` shards (the reference's convert.py output)
+  hugging_face,  ///< a Hugging Face directory: config.json, model.safetensors.index.json + shards, or model.safetensors
 };
 
-/// \brief The tensors of one safetensors file, names as stored.
-class SafetensorsSource : public TensorSource {
- public:
-  explicit SafetensorsSource(const std::filesystem::path& path) : file_(SafetensorsFile::open(path)) {}
-  explicit SafetensorsSource(std::shared_ptr<const SafetensorsFile> file) : file_(std::move(file)) {}
-
-  const TensorInfo* find(const std::string& name) const override { return file_->find(name); }
-  std::shared_ptr<const void> owner_of(const TensorInfo&) const override { return file_->keep_alive(); }
-  std::vector<std::string> names() const override {
-    std::vector<std::string> out;
-    for (const auto& t : file_->tensors()) out.push_back(t.name);
-    return out;
-  }
-  std::string describe() const override { return "file " + file_->path().string(); }
-  const SafetensorsFile& file() const noexcept { return *file_; }
-
- private:
-  std::shared_ptr<const SafetensorsFile> file_;
-};
-
-/// \brief Options of a weight load.
-struct LoadOptions {
-  /// Use weight bytes in place from the memory-mapped file when their dtype is the parameter's and
-  /// they are aligned (CPU backend): no copy, and the page cache holds the weights.
-  bool borrow = true;
-};
-
-/// \brief Checks that `source` holds exactly the tensors `model` expects — each present, with a dtype
-///        the parameter accepts and its exact shape, and nothing extra — then binds them all.
+/// \brief Which layout `path` holds for a model at `rank` of `world` — the rule load_checkpoint() follows.
 ///
-/// Every problem found is listed (up to 20) in one Error(invalid_file) naming the tensors and the
-/// source; nothing is loaded unless everything checks, so no model is ever half-loaded.
-/// \tparam Model a Transformer (anything with visit() and load_weights())
-template <class Model>
-void load_weights(Model& model, const TensorSource& source, const LoadOptions& opts = {}) {
-  using Backend = typename Model::backend_type;
-  std::vector<std::string> problems;
-  std::set<std::string> expected;
-  model.visit([&](const std::string& name, Parameter<Backend>& p) {
-    expected.insert(name);
-    const TensorInfo* t = source.find(name);
-    std::ostringstream os;
-    const std::vector<std::int64_t> want = p.shape().dims();
-    if (!t) {
-      os << "missing tensor '" << name << "' (expected " << dtype_name(p.dtype()) << ' ' << p.shape().str() << ')';
-    } else if (!p.accepts(t->dtype)) {
-      os << "tensor '" << name << "' has dtype " << dtype_name(t->dtype) << ", expected " << dtype_name(p.dtype())
-         << (p.dtype() == DType::F32 ? " or BF16" : "");
-    } else if (t->shape != want) {
-      os << "tensor '" << name << "' has shape " << t->shape_str() << ", expected " << p.shape().str();
-    } else {
-      return;
-    }
-    problems.push_back(os.str());
-  });
-  for (const std::string& name : source.names())
-    if (!expected.count(name)) problems.push_back("unexpected tensor '" + name + "' (the model has no such parameter)");
-  if (!problems.empty()) {
-    std::ostringstream os;
-    os << source.describe() << ": " << problems.size() << " problem(s) with the model's tensors:";
-    for (std::size_t i = 0; i < problems.size() && i < 20; ++i) os << "\n  " << problems[i];
-    if (problems.size() > 20) os << "\n  ... and " << problems.size() - 20 << " more";
-    fail(ErrorKind::invalid_file, os.str());
+///  1. `path` is a file: CheckpointLayout::file.
+///  2. `path` is a directory holding `model{rank}-mp{world}.safetensors`: CheckpointLayout::converted
+///     (this wins when a directory holds both layouts).
+///  3. `path` is a directory holding `model.safetensors.index.json` or `model.safetensors`:
+///     CheckpointLayout::hugging_face.
+/// \throws Error(io) when `path` does not exist or the directory holds neither layout; the message
+///         says what was looked for and names the converted shards of other world sizes it found.
+inline CheckpointLayout detect_checkpoint_layout(const std::filesystem::path& path, int rank = 0, int world = 1) {
+  namespace fs = std::filesystem;
+  DSV32_CHECK(fs::exists(path), io, "checkpoint ", path.string(), " does not exist");
+  if (!fs::is_directory(path)) return CheckpointLayout::file;
+  if (fs::exists(path / shard_file_name(rank, world))) return CheckpointLayout::converted;
+  if (HfCheckpointSource::detect(path)) return CheckpointLayout::hugging_face;
+  std::vector<std::string> others;
+  for (const auto& e : fs::directory_iterator(path)) {
+    const std::string n = e.path().filename().string();
+    if (n.starts_with("model") && n.find("-mp") != std::string::npos && n.ends_with(".safetensors")) others.push_back(n);
   }
-  model.load_weights([&](const std::string& name, Parameter<Backend>& p) {
-    const TensorInfo& t = *source.find(name);
-    const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0;
-    if constexpr (Memory<Backend>::host_visible) {
-      if (opts.borrow && t.dtype == p.dtype() && aligned && t.bytes() > 0) {
-        p.borrow(t.data, source.owner_of(t));
-        return;
-      }
-    }
-    p.convert_from_host(t.data, t.dtype);
-  });
+  std::sort(others.begin(), others.end());
+  std::string found;
+  for (std::size_t i = 0; i < others.size() && i < 4; ++i) found += (i ? ", " : "") + others[i];
+  if (others.size() > 4) found += ", ...";
+  fail(ErrorKind::io, "checkpoint directory ", path.string(), " holds neither ", shard_file_name(rank, world),
+       " (the reference's converted format, for rank ", rank, " of ", world, ") nor ",
+       HfCheckpointSource::index_file_name(), " or model.safetensors (a Hugging Face checkpoint)",
+       found.empty() ? std::string() : "; it has " + found + " (shards for another world size: load with that world "
+                                                             "size, or convert the checkpoint again)");
 }
 
-/// \brief The reference's file name of a model-parallel shard: `model{rank}-mp{world}.safetensors`.
-inline std::string shard_file_name(int rank, int world) {
-  return "model" + std::to_string(rank) + "-mp" + std::to_string(world) + ".safetensors";
+/// \brief Checks a config.json against the compiled config `Config`, whichever naming it uses
+///        (Hugging Face's or the reference's ModelArgs fields); every disagreeing field is listed.
+/// \tparam Config compile-time config
+/// \throws Error(invalid_config) listing the fields; as parse_hf_config() / ModelArgs::from_json().
+template <class Config>
+void check_config_file(const std::filesystem::path& path) {
+  const nlohmann::json j = detail::read_json_file(path, ErrorKind::invalid_config);
+  const ModelArgs args = is_hf_config(j) ? parse_hf_config(j, path.string()).args : ModelArgs::from_json(j, path.string());
+  args.template check_matches<Config>(path.string());
 }
 
-/// \brief Loads a checkpoint in the reference's converted format into `model`.
+/// \brief Loads a checkpoint into `model`: a file or directory in the reference's converted format,
+///        or a Hugging Face checkpoint directory (the rule: detect_checkpoint_layout()).
 ///
-/// `path` is a safetensors file, or a directory holding `model{rank}-mp{world}.safetensors` for the
-/// model's rank and world size (and, when present, a `config.json` that must agree with the model's
-/// compiled config — every disagreeing field is reported).
+///  - file: a safetensors file in dsv32's naming, loaded as is.
+///  - converted directory: `model{rank}-mp{world}.safetensors` for the model's Parallel, and, when
+///    present, a `config.json` (the reference's fields, or Hugging Face's) that must agree with the
+///    compiled config.
+///  - Hugging Face directory: config.json (required, Hugging Face naming; must agree with the
+///    compiled config) and the shards of model.safetensors.index.json, names mapped to dsv32's,
+///    multi-token-prediction layers skipped (HfCheckpointSource). Only for a model of world size 1:
+///    split it first with convert_hf_checkpoint() / `dsv32-convert --model-parallel N`.
+///
+/// Every case checks that the tensors are exactly the model's (load_weights()) and borrows weight
+/// bytes from the memory-mapped files when it can (LoadOptions::borrow).
 /// \tparam Model a Transformer
+/// \throws Error(io) for a missing path or file; Error(invalid_config) for a disagreeing config (all
+///         fields listed); Error(invalid_file) for wrong, missing or extra tensors (listed);
+///         Error(unsupported) for a Hugging Face directory and a world size above 1.
 template <class Model>
 void load_checkpoint(Model& model, const std::filesystem::path& path, const LoadOptions& opts = {}) {
   using Config = typename Model::config_type;
-  std::filesystem::path file = path;
-  if (std::filesystem::is_directory(path)) {
-    const auto config = path / "config.json";
-    if (std::filesystem::exists(config)) ModelArgs::from_file(config).template check_matches<Config>(config.string());
-    file = path / shard_file_name(model.parallel().rank, model.parallel().world_size);
-    DSV32_CHECK(std::filesystem::exists(file), io, "checkpoint directory ", path.string(), " has no ",
-                file.filename().string(), " (rank ", model.parallel().rank, " of ", model.parallel().world_size, ")");
+  const int rank = model.parallel().rank, world = model.parallel().world_size;
+  switch (detect_checkpoint_layout(path, rank, world)) {
+    case CheckpointLayout::file:
+      load_weights(model, SafetensorsSource(path), opts);
+      return;
+    case CheckpointLayout::converted: {
+      if (std::filesystem::exists(path / "config.json")) check_config_file<Config>(path / "config.json");
+      load_weights(model, SafetensorsSource(path / shard_file_name(rank, world)), opts);
+      return;
+    }
+    case CheckpointLayout::hugging_face: {
+      DSV32_CHECK(world == 1, unsupported, "checkpoint directory ", path.string(), " is a Hugging Face checkpoint, "
+                  "which loads into a model of world size 1 only (this one is rank ", rank, " of ", world, "); split it "
+                  "with dsv32-convert --model-parallel ", world, " (or convert_hf_checkpoint) and load the result");
+      const HfCheckpointSource source(path);
+      source.config().args.template check_matches<Config>((path / "config.json").string());
+      load_weights(model, source, opts);
+      return;
+    }
   }
-  load_weights(model, SafetensorsSource(file), opts);
 }
 
 /// @}

@@ -1,0 +1,274 @@
+/// \file
+/// \brief Converting a Hugging Face checkpoint into the reference's model-parallel shards
+///        (`model{rank}-mp{world}.safetensors`), exactly as the reference's convert.py lays them out,
+///        streaming every tensor so that memory stays bounded whatever the checkpoint's size.
+///
+/// \code
+/// dsv32::convert_hf_checkpoint("DeepSeek-V3.2-Exp", "dsv32-mp8", 8, [](const dsv32::ConvertProgress& p) {
+///   std::cerr << p.file.filename().string() << ": " << p.tensors_done << "/" << p.tensors_total << "\n";
+/// });
+/// // rank r of 8 then loads its shard: load_checkpoint(model, "dsv32-mp8") with Parallel{8, r, &comm}
+/// \endcode
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "dsv32/config/model_args.hpp"
+#include "dsv32/core/error.hpp"
+#include "dsv32/io/hf_checkpoint.hpp"
+#include "dsv32/io/safetensors.hpp"
+#include "dsv32/io/tensor_source.hpp"
+
+namespace dsv32 {
+
+/// \addtogroup io
+/// @{
+
+/// \brief One tensor of a model-parallel shard: where its bytes come from and which part it takes.
+struct ShardTensor {
+  std::string name;                 ///< dsv32 name (the reference's converted naming)
+  const TensorInfo* source = nullptr;  ///< the whole tensor in the Hugging Face shard (Hugging Face name)
+  TensorSharding sharding;          ///< how it is distributed
+  std::vector<std::int64_t> shape;  ///< its shape in this rank's file
+  std::uint64_t bytes = 0;          ///< its size in this rank's file
+};
+
+/// \brief What each rank's file of a conversion holds: `ranks[r]` lists the tensors of
+///        `model{r}-mp{world}.safetensors`, sorted by name (the file's order).
+struct ShardPlan {
+  int world = 1;
+  std::vector<std::vector<ShardTensor>> ranks;
+  /// \brief Bytes of tensor data in rank r's file.
+  std::uint64_t bytes(int r) const {
+    std::uint64_t n = 0;
+    for (const ShardTensor& t : ranks[static_cast<std::size_t>(r)]) n += t.bytes;
+    return n;
+  }
+};
+
+/// \brief Plans the split of a Hugging Face checkpoint over `world` ranks, as convert.py does it
+///        (see tensor_sharding()), checking everything before a byte is written.
+///
+/// Checks, all reported together: world >= 1; `n_experts`, when given (convert.py's --n-experts),
+/// equals the config's n_routed_experts; the sizes the model splits (vocab_size, n_heads, inter_dim,
+/// n_routed_experts, n_shared_experts x moe_inter_dim) divide by world; every split tensor's dimension
+/// divides by world (its `.scale` too) and, for FP8 weights, leaves each rank whole 128-blocks (else
+/// a rank's slice would share a block scale with its neighbour's: convert.py would write it, but the
+/// weights would be wrong); every routed expert's index is below n_routed_experts.
+/// \throws Error(invalid_argument) listing every problem (up to 20).
+inline ShardPlan plan_model_parallel_shards(const HfCheckpointSource& source, int world,
+                                            std::optional<std::int64_t> n_experts = std::nullopt) {
+  DSV32_CHECK(world >= 1, invalid_argument, "model-parallel world size must be >= 1, got ", world);
+  const ModelArgs& a = source.config().args;
+  std::vector<std::string> problems;
+  auto problem = [&](auto&&... pieces) { problems.push_back(detail::concat(pieces...)); };
+  if (n_experts && *n_experts != a.n_routed_experts)
+    problem("--n-experts is ", *n_experts, " but config.json has n_routed_experts = ", a.n_routed_experts);
+  const std::pair<const char*, std::int64_t> split_sizes[] = {
+      {"vocab_size", a.vocab_size},
+      {"n_heads", a.n_heads},
+      {"inter_dim", a.inter_dim},
+      {"n_routed_experts", a.n_routed_experts},
+      {"n_shared_experts * moe_inter_dim", a.n_shared_experts * a.moe_inter_dim}};
+  for (const auto& [what, size] : split_sizes)
+    if (size % world != 0) problem(what, " (", size, ") is not divisible by the world size ", world);
+  const std::int64_t experts_per_rank = a.n_routed_experts / world;
+
+  ShardPlan plan;
+  plan.world = world;
+  plan.ranks.resize(static_cast<std::size_t>(world));
+  for (const std::string& name : source.names()) {
+    const TensorInfo& t = *source.find(name);
+    const TensorNameMatch m = match_dsv32_name(name);
+    const std::string where = "tensor '" + name + "' (" + source.origin(name) + ", shape " + t.shape_str() + ")";
+    ShardTensor st{name, &t, m.sharding, t.shape, t.bytes()};
+    switch (m.sharding.kind) {
+      case ShardKind::replicated:
+        for (auto& r : plan.ranks) r.push_back(st);
+        break;
+      case ShardKind::by_expert:
+        if (m.expert >= a.n_routed_experts) {
+          problem(where, ": expert ", m.expert, " >= n_routed_experts (", a.n_routed_experts, ")");
+        } else if (experts_per_rank > 0 && a.n_routed_experts % world == 0) {
+          plan.ranks[static_cast<std::size_t>(m.expert / experts_per_rank)].push_back(st);
+        }
+        break;
+      case ShardKind::split: {
+        const int d = m.sharding.dim;
+        if (static_cast<int>(t.rank()) <= d) {
+          problem(where, ": has no dimension ", d, " to split");
+          break;
+        }
+        if (t.shape[static_cast<std::size_t>(d)] % world != 0) {
+          problem(where, ": dimension ", d, " (", t.shape[static_cast<std::size_t>(d)],
+                  ") is not divisible by the world size ", world);
+          break;
+        }
+        const std::int64_t local = t.shape[static_cast<std::size_t>(d)] / world;
+        const bool fp8_weight = name.ends_with(".weight") && t.dtype == DType::F8_E4M3;
+        if (fp8_weight && local % kBlockSize != 0) {
+          problem(where, ": each rank's ", local, " along dimension ", d, " is not a whole number of ", kBlockSize,
+                  "-blocks, so ranks would share FP8 block scales");
+          break;
+        }
+        st.shape[static_cast<std::size_t>(d)] = local;
+        st.bytes = t.bytes() / static_cast<std::uint64_t>(world);
+        for (auto& r : plan.ranks) r.push_back(st);
+        break;
+      }
+    }
+  }
+  if (!problems.empty()) {
+    std::ostringstream os;
+    os << "cannot split " << source.describe() << " over " << world << " ranks: " << problems.size() << " problem(s):";
+    for (std::size_t i = 0; i < problems.size() && i < 20; ++i) os << "\n  " << problems[i];
+    if (problems.size() > 20) os << "\n  ... and " << problems.size() - 20 << " more";
+    fail(ErrorKind::invalid_argument, os.str());
+  }
+  for (auto& r : plan.ranks)
+    std::sort(r.begin(), r.end(), [](const ShardTensor& x, const ShardTensor& y) { return x.name < y.name; });
+  return plan;
+}
+
+/// \brief Where a conversion stands, reported after each tensor written.
+struct ConvertProgress {
+  int rank = 0;                    ///< the rank whose file is being written
+  int world = 1;
+  std::filesystem::path file;      ///< that file
+  std::string_view tensor;         ///< the tensor just written (dsv32 name)
+  std::size_t tensors_done = 0;    ///< tensors written to this file so far
+  std::size_t tensors_total = 0;   ///< tensors in this file
+  std::uint64_t bytes_done = 0;    ///< tensor bytes written to this file so far
+  std::uint64_t bytes_total = 0;   ///< tensor bytes of this file
+};
+
+/// \brief Receives ConvertProgress reports (called on the converting thread).
+using ConvertProgressFn = std::function<void(const ConvertProgress&)>;
+
+/// \brief Options of convert_hf_checkpoint().
+struct ConvertOptions {
+  /// convert.py's --n-experts; when given it must equal the config's n_routed_experts.
+  std::optional<std::int64_t> n_experts;
+  /// Copy the files whose names contain "token" (tokenizer.json, tokenizer_config.json, ...), as convert.py does.
+  bool copy_tokenizer_files = true;
+  /// Write a config.json in the reference's ModelArgs naming (see to_reference_config()).
+  bool write_config = true;
+};
+
+/// \brief What convert_hf_checkpoint() wrote.
+struct ConvertResult {
+  std::vector<std::filesystem::path> shards;  ///< model{r}-mp{world}.safetensors, by rank
+  std::vector<std::size_t> tensors;           ///< tensors per shard
+  std::vector<std::uint64_t> bytes;           ///< tensor bytes per shard
+  std::vector<std::filesystem::path> copied;  ///< tokenizer files copied
+  std::filesystem::path config;               ///< the config.json written (empty if none)
+  std::size_t skipped = 0;                    ///< multi-token-prediction tensors left out
+};
+
+/// \brief Splits the Hugging Face checkpoint in `hf_dir` into `world` model-parallel shards in
+///        `out_dir`, laid out exactly as the reference's convert.py writes them.
+///
+/// Each rank's file `model{r}-mp{world}.safetensors` holds, under dsv32's names (convert.py's):
+/// the replicated tensors whole; the split ones' r-th slice along their dimension (embed, wq_b,
+/// wkv_b, w1, w3, head along 0; wo, w2 along 1; FP8 scales like their weights; shared experts split
+/// like an MLP); the routed experts [r E / world, (r + 1) E / world) whole and no others; no
+/// multi-token-prediction tensor. Dtypes are kept (FP8 weights, f32 scales, bf16 norms). Then the
+/// tokenizer files are copied and a config.json in the reference's naming is written.
+///
+/// Everything is checked first (plan_model_parallel_shards()): a split that does not divide fails
+/// before anything is written. Files are written one at a time, each tensor streamed from the mapped
+/// input into the output (SafetensorsWriter producers): memory use stays at a few MB whatever the
+/// checkpoint's size (the page cache holds what was read). Each file is written under a temporary
+/// name and renamed when complete, so an interrupted conversion never leaves a truncated shard.
+/// \param progress called after every tensor written (may be empty)
+/// \throws Error(invalid_argument) for a world size that does not divide (every problem listed) or
+///         `out_dir` being `hf_dir`; as HfCheckpointSource for a bad checkpoint; Error(io) if a file
+///         cannot be written.
+inline ConvertResult convert_hf_checkpoint(const std::filesystem::path& hf_dir, const std::filesystem::path& out_dir,
+                                           int world, const ConvertProgressFn& progress = {},
+                                           const ConvertOptions& options = {}) {
+  namespace fs = std::filesystem;
+  const HfCheckpointSource source(hf_dir);
+  const ShardPlan plan = plan_model_parallel_shards(source, world, options.n_experts);
+  std::error_code ec;
+  DSV32_CHECK(!fs::exists(out_dir) || !fs::equivalent(hf_dir, out_dir, ec), invalid_argument,
+              "the output directory ", out_dir.string(), " is the input checkpoint directory; choose another");
+  DSV32_CHECK(!fs::exists(out_dir) || fs::is_directory(out_dir), io, "output path ", out_dir.string(),
+              " exists and is not a directory");
+  fs::create_directories(out_dir, ec);
+  DSV32_CHECK(!ec, io, "cannot create the output directory ", out_dir.string(), ": ", ec.message());
+
+  ConvertResult result;
+  result.skipped = source.skipped().size();
+  for (int r = 0; r < world; ++r) {
+    const auto& tensors = plan.ranks[static_cast<std::size_t>(r)];
+    ConvertProgress p;
+    p.rank = r;
+    p.world = world;
+    p.file = out_dir / shard_file_name(r, world);
+    p.tensors_total = tensors.size();
+    p.bytes_total = plan.bytes(r);
+    SafetensorsWriter writer;
+    for (const ShardTensor& t : tensors) {
+      writer.add(t.name, t.source->dtype, t.shape, [&, r](const SafetensorsWriter::Sink& sink) {
+        const TensorInfo& in = *t.source;
+        if (t.sharding.kind != ShardKind::split) {
+          sink(in.data, in.bytes());
+        } else {  // the r-th slice along dim d: `outer` runs of `local * inner` contiguous bytes
+          const auto d = static_cast<std::size_t>(t.sharding.dim);
+          std::uint64_t outer = 1, inner = dtype_size(in.dtype);
+          for (std::size_t i = 0; i < d; ++i) outer *= static_cast<std::uint64_t>(in.shape[i]);
+          for (std::size_t i = d + 1; i < in.rank(); ++i) inner *= static_cast<std::uint64_t>(in.shape[i]);
+          const auto full = static_cast<std::uint64_t>(in.shape[d]), local = static_cast<std::uint64_t>(t.shape[d]);
+          for (std::uint64_t o = 0; o < outer; ++o)
+            sink(in.data + (o * full + static_cast<std::uint64_t>(r) * local) * inner, local * inner);
+        }
+        ++p.tensors_done;
+        p.bytes_done += t.bytes;
+        p.tensor = t.name;
+        if (progress) progress(p);
+      });
+    }
+    writer.write(p.file);
+    result.shards.push_back(p.file);
+    result.tensors.push_back(tensors.size());
+    result.bytes.push_back(p.bytes_total);
+  }
+
+  if (options.write_config) {
+    result.config = out_dir / "config.json";
+    const std::string text = to_reference_config(source.config().args).dump(2) + "\n";
+    detail::AtomicFileWriter out(result.config);
+    out.write(text.data(), text.size());
+    out.commit();
+  }
+  if (options.copy_tokenizer_files) {
+    std::vector<fs::path> files;
+    for (const auto& e : fs::directory_iterator(hf_dir))
+      if (e.is_regular_file() && e.path().filename().string().find("token") != std::string::npos)
+        files.push_back(e.path());
+    std::sort(files.begin(), files.end());
+    for (const fs::path& f : files) {
+      const fs::path to = out_dir / f.filename();
+      fs::copy_file(f, to, fs::copy_options::overwrite_existing, ec);
+      DSV32_CHECK(!ec, io, "cannot copy ", f.string(), " to ", to.string(), ": ", ec.message());
+      result.copied.push_back(to);
+    }
+  }
+  return result;
+}
+
+/// @}
+
+}  // namespace dsv32
