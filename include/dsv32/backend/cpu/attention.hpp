@@ -205,6 +205,7 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
 /// \param q_lat  [T, H, C] bf16
 inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
                          std::int64_t v, const WeightView& wkv_b, bf16* q_lat) {
+  detail::check_weight_dtype(wkv_b, "absorb_query");
   const std::int64_t C = wkv_b.in;
   parallel_for(H, (T + 1) * nope * C, [&](std::int64_t h) {
     RowMatrixF w(nope, C), qn(T, nope);
@@ -223,6 +224,7 @@ inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int
 /// \param out   [T, H, v] bf16
 inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t v,
                            const WeightView& wkv_b, bf16* out) {
+  detail::check_weight_dtype(wkv_b, "project_values");
   const std::int64_t C = wkv_b.in;
   parallel_for(H, (T + 1) * v * C, [&](std::int64_t h) {
     RowMatrixF w(v, C), o(T, C);

@@ -132,6 +132,13 @@ inline std::vector<float> widen(MatrixView<const bf16> x) {
   return out;
 }
 
+/// Refuses a weight dtype the products cannot read, before any parallel loop: an exception thrown
+/// inside an OpenMP region would terminate the program instead of reaching the caller.
+inline void check_weight_dtype(const WeightView& w, const char* op) {
+  DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32 || w.dtype == DType::F8_E4M3, unsupported, op,
+              ": weight dtype ", dtype_name(w.dtype), " in a matrix product (BF16, F32 or F8_E4M3 expected)");
+}
+
 inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView& w, std::int64_t y_rows,
                                 std::int64_t y_cols) {
   DSV32_CHECK(x.cols == w.in && y_cols == w.out && y_rows == x.rows, invalid_argument, "linear: input [", x.rows,
@@ -147,6 +154,7 @@ inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView& w, s
 /// \param y   [M, out] bf16
 inline void linear(MatrixView<const bf16> x, const WeightView& w, ScaleFmt fmt, MatrixView<bf16> y) {
   detail::check_linear_shapes(x, w, y.rows, y.cols);
+  detail::check_weight_dtype(w, "linear");
   if (x.rows == 0) return;
   auto store = [&](std::int64_t n0, std::int64_t nb, const float* tile) {
     for (std::int64_t r = 0; r < x.rows; ++r)
