@@ -1,0 +1,355 @@
+// Tests of dsv32/backend/cpu/gemm.hpp and quant.hpp: bf16/f32 linears against a double-precision
+// naive product, the FP8 linear against a naive implementation of the reference's formula
+// (act_quant per 1x128 block, exact per-block dots, scale products, f32 sums over blocks), and
+// act_quant's closed forms.
+#include "dsv32/backend/cpu/gemm.hpp"
+#include "dsv32/backend/cpu/quant.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace {
+
+using dsv32::bf16;
+using dsv32::DType;
+using dsv32::MatrixView;
+using dsv32::ScaleFmt;
+using dsv32::WeightView;
+namespace cpu = dsv32::cpu;
+
+// ---------------------------------------------------------------- independent references
+
+// bf16 values as integers that order like the values: the distance between two is their ulp distance.
+int ordered(bf16 v) {
+  const auto b = Eigen::numext::bit_cast<std::uint16_t>(v);
+  return (b & 0x8000u) ? -static_cast<int>(b & 0x7FFFu) : static_cast<int>(b);
+}
+int ulp_distance(bf16 a, bf16 b) { return std::abs(ordered(a) - ordered(b)); }
+
+double e4m3_value(unsigned code) {  // closed form (tested against the library in test_numeric.cpp)
+  const double sign = (code & 0x80u) ? -1.0 : 1.0;
+  const int e = static_cast<int>((code >> 3) & 0xFu), m = static_cast<int>(code & 0x7u);
+  if (e == 0) return sign * std::ldexp(m / 8.0, -6);
+  return sign * std::ldexp(1.0 + m / 8.0, e - 7);
+}
+
+// Nearest finite E4M3 code by exhaustive search, ties to the even code; |x| beyond 448 saturates.
+std::uint8_t nearest_code(float x) {
+  const double a = std::min(std::fabs(static_cast<double>(x)), 448.0);
+  unsigned best = 0;
+  double best_d = std::numeric_limits<double>::infinity();
+  for (unsigned c = 0; c <= 0x7E; ++c) {
+    const double d = std::fabs(e4m3_value(c) - a);
+    if (d < best_d || (d == best_d && c % 2 == 0)) best = c, best_d = d;
+  }
+  return static_cast<std::uint8_t>((std::signbit(x) ? 0x80u : 0u) | best);
+}
+
+// The smallest power of two >= s (s > 0 and normal), via frexp: s = f * 2^e with f in [0.5, 1).
+float pow2_at_least(float s) {
+  int e = 0;
+  const float f = std::frexp(s, &e);
+  return f == 0.5f ? s : std::ldexp(1.0f, e);
+}
+
+// The reference's act_quant of one 1x128 block (README: amax = max(|x|, 1e-4); s = amax * f32(1/448),
+// rounded up to a power of two with ue8m0; q = e4m3(clamp(x / s, -448, 448))).
+float reference_block_quant(const bf16* x, ScaleFmt fmt, std::uint8_t* q) {
+  float amax = 0.0f;
+  for (int i = 0; i < 128; ++i) amax = std::max(amax, std::fabs(static_cast<float>(x[i])));
+  amax = std::max(amax, 1e-4f);
+  float s = amax * (1.0f / 448.0f);
+  if (fmt == ScaleFmt::ue8m0) s = pow2_at_least(s);
+  for (int i = 0; i < 128; ++i) q[i] = nearest_code(std::clamp(static_cast<float>(x[i]) / s, -448.0f, 448.0f));
+  return s;
+}
+
+struct Fp8Weight {
+  std::int64_t out = 0, in = 0;
+  std::vector<std::uint8_t> codes;  // [out, in]
+  std::vector<float> scale;         // [ceil(out / 128), in / 128]
+  WeightView view() const { return {DType::F8_E4M3, codes.data(), out, in, scale.data()}; }
+};
+
+Fp8Weight random_fp8_weight(std::int64_t out, std::int64_t in, std::mt19937& gen) {
+  Fp8Weight w;
+  w.out = out;
+  w.in = in;
+  std::uniform_int_distribution<int> code(0, 255);
+  std::uniform_real_distribution<float> sc(1e-3f, 2e-2f);
+  w.codes.resize(static_cast<std::size_t>(out * in));
+  for (auto& c : w.codes) {
+    do c = static_cast<std::uint8_t>(code(gen));
+    while ((c & 0x7F) == 0x7F);  // no NaN codes
+  }
+  w.scale.resize(static_cast<std::size_t>((out + 127) / 128 * (in / 128)));
+  for (auto& s : w.scale) s = sc(gen);
+  return w;
+}
+
+// The reference's FP8 GEMM written naively: per K block the exact dot of E4M3 values (in double,
+// where every product and partial sum of E4M3 values is exact), rounded to f32, times
+// a_scale * w_scale, summed over blocks in f32; the result rounded to bf16.
+std::vector<bf16> reference_fp8_linear(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w, ScaleFmt fmt) {
+  const std::int64_t k = w.in, kb = k / 128, sc = kb;
+  std::vector<std::uint8_t> xq(static_cast<std::size_t>(m * k));
+  std::vector<float> xs(static_cast<std::size_t>(m * kb));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t b = 0; b < kb; ++b) xs[r * kb + b] = reference_block_quant(&x[r * k + b * 128], fmt, &xq[r * k + b * 128]);
+  std::vector<bf16> y(static_cast<std::size_t>(m * w.out));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t n = 0; n < w.out; ++n) {
+      float acc = 0.0f;
+      for (std::int64_t b = 0; b < kb; ++b) {
+        double dot = 0.0;
+        for (std::int64_t i = b * 128; i < (b + 1) * 128; ++i) dot += e4m3_value(xq[r * k + i]) * e4m3_value(w.codes[n * k + i]);
+        const float scale = xs[r * kb + b] * w.scale[(n / 128) * sc + b];
+        acc += static_cast<float>(dot) * scale;
+      }
+      y[r * w.out + n] = bf16(acc);
+    }
+  return y;
+}
+
+std::vector<bf16> random_bf16(std::size_t n, std::mt19937& gen, float sd = 1.0f) {
+  std::normal_distribution<float> d(0.0f, sd);
+  std::vector<bf16> v(n);
+  for (auto& x : v) x = bf16(d(gen));
+  return v;
+}
+
+template <class F>
+std::string error_of(F&& f, dsv32::ErrorKind kind) {
+  try {
+    f();
+  } catch (const dsv32::Error& e) {
+    CHECK(e.kind() == kind);
+    return e.what();
+  }
+  FAIL("expected a dsv32::Error");
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("cpu::linear with BF16 and F32 weights: within 1 bf16 ulp of the double product rounded to bf16") {
+  std::mt19937 gen(7);
+  struct Dims {
+    std::int64_t m, k, n;
+  };
+  // n spans several weight tiles (tile rows = clamp(65536 / k, 8, 256)); m = 1 is the decode shape
+  for (const Dims d : {Dims{1, 64, 600}, Dims{3, 96, 40}, Dims{5, 1000, 200}, Dims{17, 130, 7}, Dims{2, 1, 3}}) {
+    for (DType dt : {DType::BF16, DType::F32}) {
+      CAPTURE(d.m);
+      CAPTURE(d.k);
+      CAPTURE(d.n);
+      CAPTURE(dsv32::dtype_name(dt));
+      const auto x = random_bf16(static_cast<std::size_t>(d.m * d.k), gen);
+      const auto wb = random_bf16(static_cast<std::size_t>(d.n * d.k), gen);
+      std::vector<float> wf(wb.size());
+      for (std::size_t i = 0; i < wb.size(); ++i) wf[i] = static_cast<float>(wb[i]);
+      const WeightView w{dt, dt == DType::BF16 ? static_cast<const void*>(wb.data()) : wf.data(), d.n, d.k, nullptr};
+      std::vector<bf16> y(static_cast<std::size_t>(d.m * d.n));
+      cpu::linear({x.data(), d.m, d.k, d.k}, w, ScaleFmt::none, {y.data(), d.m, d.n, d.n});
+      std::vector<float> y32(y.size());
+      cpu::linear_f32({x.data(), d.m, d.k, d.k}, w, {y32.data(), d.m, d.n, d.n});
+      int worst = 0;
+      for (std::int64_t r = 0; r < d.m; ++r)
+        for (std::int64_t n = 0; n < d.n; ++n) {
+          double ref = 0.0, mag = 0.0;
+          for (std::int64_t i = 0; i < d.k; ++i) {
+            const double p = static_cast<double>(x[r * d.k + i]) * static_cast<double>(wb[n * d.k + i]);
+            ref += p;
+            mag += std::fabs(p);
+          }
+          worst = std::max(worst, ulp_distance(y[r * d.n + n], bf16(static_cast<float>(ref))));
+          // linear_f32: f32 accumulation, no rounding to bf16
+          CHECK(std::fabs(y32[r * d.n + n] - ref) <= 1e-6 * mag + 1e-30);
+        }
+      CHECK(worst <= 1);
+    }
+  }
+}
+
+TEST_CASE("cpu::linear with FP8 weights equals a naive implementation of the reference's formula exactly") {
+  std::mt19937 gen(11);
+  struct Dims {
+    std::int64_t m, k, n;
+  };
+  for (ScaleFmt fmt : {ScaleFmt::none, ScaleFmt::ue8m0}) {
+    for (const Dims d : {Dims{1, 128, 128}, Dims{4, 256, 200}, Dims{3, 384, 300}, Dims{6, 512, 64}}) {
+      CAPTURE(d.m);
+      CAPTURE(d.k);
+      CAPTURE(d.n);
+      CAPTURE(fmt == ScaleFmt::ue8m0);
+      const Fp8Weight w = random_fp8_weight(d.n, d.k, gen);
+      // activations: each 1x128 block with its own magnitude, one all-zero block, one tiny block
+      std::vector<bf16> x = random_bf16(static_cast<std::size_t>(d.m * d.k), gen);
+      std::uniform_real_distribution<float> mag(-6.0f, 6.0f);
+      for (std::int64_t r = 0; r < d.m; ++r)
+        for (std::int64_t b = 0; b < d.k / 128; ++b) {
+          const float f = std::exp2(mag(gen));
+          for (std::int64_t i = 0; i < 128; ++i) {
+            bf16& v = x[r * d.k + b * 128 + i];
+            v = bf16(static_cast<float>(v) * f);
+            if (r == 0 && b == 0 && d.m > 1) v = bf16(0.0f);
+            if (r == 1 && b == 0) v = bf16(static_cast<float>(v) * 1e-6f);  // amax below the 1e-4 clamp
+          }
+        }
+      std::vector<bf16> y(static_cast<std::size_t>(d.m * d.n));
+      cpu::linear({x.data(), d.m, d.k, d.k}, w.view(), fmt, {y.data(), d.m, d.n, d.n});
+      const std::vector<bf16> ref = reference_fp8_linear(x, d.m, w, fmt);
+      int mismatches = 0;
+      for (std::size_t i = 0; i < y.size(); ++i)
+        if (Eigen::numext::bit_cast<std::uint16_t>(y[i]) != Eigen::numext::bit_cast<std::uint16_t>(ref[i])) ++mismatches;
+      CHECK(mismatches == 0);
+    }
+  }
+}
+
+TEST_CASE("cpu::weight_rows_f32 dequantizes FP8 as bf16(e4m3 value * block scale)") {
+  // 130 x 256: two row blocks (the second one 2 rows), two column blocks
+  Fp8Weight w;
+  w.out = 130;
+  w.in = 256;
+  w.codes.assign(130 * 256, 0x38);  // 1.0
+  w.codes[0] = 0x40;                // 2.0 in block (0, 0)
+  w.codes[129 * 256 + 255] = 0xC4;  // -3.0 in block (1, 1)
+  w.codes[5 * 256 + 200] = 0x3C;    // 1.5 in block (0, 1)
+  w.scale = {0.5f, 0.1f, 3.0f, 1.0f / 3.0f};
+  std::vector<float> out(130 * 256);
+  cpu::weight_rows_f32(w.view(), 0, 130, out.data());
+  CHECK(out[0] == 1.0f);                                   // 2 * 0.5
+  CHECK(out[1] == 0.5f);                                   // 1 * 0.5
+  CHECK(out[128] == 0.10009765625f);                       // bf16(0.1)
+  CHECK(out[5 * 256 + 200] == dsv32::round_bf16(1.5f * 0.1f));
+  CHECK(out[128 * 256 + 3] == 3.0f);
+  CHECK(out[129 * 256 + 255] == -1.0f);                    // -3 * f32(1/3) rounds to -1 in f32
+  CHECK(cpu::dequant_weight(0x38, 1.0f / 3.0f) == 0.333984375f);  // bf16(1/3)
+  // rows from an offset
+  std::vector<float> tail(2 * 256);
+  cpu::weight_rows_f32(w.view(), 128, 2, tail.data());
+  CHECK(tail[255 + 256] == -1.0f);
+  CHECK(tail[0] == 3.0f);
+}
+
+TEST_CASE("cpu::activation_scale and act_quant: closed forms") {
+  // the 1e-4 clamp
+  CHECK(cpu::activation_scale(0.0f, ScaleFmt::none) == 1e-4f * (1.0f / 448.0f));
+  CHECK(cpu::activation_scale(5e-5f, ScaleFmt::none) == 1e-4f * (1.0f / 448.0f));
+  CHECK(cpu::activation_scale(0.0f, ScaleFmt::ue8m0) == std::ldexp(1.0f, -22));  // 2^-23 < 1e-4/448 <= 2^-22
+  // f32(1/448) * 448 rounds to exactly 1, so powers of two times 448 give exact power-of-two scales
+  CHECK(cpu::activation_scale(448.0f, ScaleFmt::none) == 1.0f);
+  CHECK(cpu::activation_scale(448.0f, ScaleFmt::ue8m0) == 1.0f);
+  CHECK(cpu::activation_scale(3584.0f, ScaleFmt::ue8m0) == 8.0f);
+  CHECK(cpu::activation_scale(449.0f, ScaleFmt::ue8m0) == 2.0f);
+  CHECK(cpu::activation_scale(3.5f, ScaleFmt::ue8m0) == std::ldexp(1.0f, -7));  // 3.5 / 448 = 2^-7 exactly
+  CHECK(cpu::activation_scale(3.6f, ScaleFmt::ue8m0) == std::ldexp(1.0f, -6));
+  // ue8m0: the smallest power of two >= amax * f32(1/448), for amax over many magnitudes
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> e(-12.0f, 20.0f);
+  for (int i = 0; i < 2000; ++i) {
+    const float amax = std::exp2(e(gen));
+    const float plain = std::max(amax, 1e-4f) * (1.0f / 448.0f);
+    const float s = cpu::activation_scale(amax, ScaleFmt::ue8m0);
+    CAPTURE(amax);
+    CHECK(cpu::activation_scale(amax, ScaleFmt::none) == plain);
+    int exponent = 0;
+    CHECK(std::frexp(s, &exponent) == 0.5f);  // a power of two
+    CHECK(s >= plain);
+    CHECK(s / 2 < plain);
+  }
+}
+
+TEST_CASE("cpu::act_quant: per-block scales, +-amax to +-448, codes as the nearest E4M3 of x / s") {
+  std::mt19937 gen(5);
+  for (ScaleFmt fmt : {ScaleFmt::none, ScaleFmt::ue8m0}) {
+    CAPTURE(fmt == ScaleFmt::ue8m0);
+    const std::int64_t rows = 3, cols = 384;
+    std::vector<bf16> x = random_bf16(static_cast<std::size_t>(rows * cols), gen, 2.0f);
+    // row 0 block 0: all zeros; row 0 block 1: +-amax at known places; row 1 block 2: powers of two
+    for (int i = 0; i < 128; ++i) x[i] = bf16(0.0f);
+    const float amax = 3584.0f;  // amax / 448 = 8: also exact for ue8m0
+    for (int i = 0; i < 128; ++i) x[128 + i] = bf16(static_cast<float>(x[128 + i]) * 100.0f);
+    x[128 + 7] = bf16(amax);
+    x[128 + 99] = bf16(-amax);
+    for (int i = 0; i < 128; ++i) x[cols + 256 + i] = bf16(std::ldexp(i % 2 ? -1.0f : 1.0f, i % 9 - 4));
+    std::vector<std::uint8_t> q(static_cast<std::size_t>(rows * cols));
+    std::vector<float> s(static_cast<std::size_t>(rows * 3));
+    cpu::act_quant({x.data(), rows, cols, cols}, fmt, {q.data(), rows, cols, cols}, {s.data(), rows, 3, 3});
+
+    CHECK(s[0] == (fmt == ScaleFmt::none ? 1e-4f * (1.0f / 448.0f) : std::ldexp(1.0f, -22)));
+    for (int i = 0; i < 128; ++i) CHECK(q[i] == 0x00);
+    CHECK(s[1] == 8.0f);
+    CHECK(q[128 + 7] == 0x7E);
+    CHECK(q[128 + 99] == 0xFE);
+    // every block against the naive act_quant
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t b = 0; b < 3; ++b) {
+        std::uint8_t want[128];
+        const float ws = reference_block_quant(&x[r * cols + b * 128], fmt, want);
+        CHECK(s[r * 3 + b] == ws);
+        for (int i = 0; i < 128; ++i) {
+          CAPTURE(r);
+          CAPTURE(b);
+          CAPTURE(i);
+          CHECK(q[r * cols + b * 128 + i] == want[i]);
+        }
+      }
+    // with the plain scale the block's amax always maps to +-448
+    if (fmt == ScaleFmt::none) {
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t b = 0; b < 3; ++b) {
+          if (r == 0 && b == 0) continue;
+          bool has_max = false;
+          for (int i = 0; i < 128; ++i) has_max |= (q[r * cols + b * 128 + i] & 0x7F) == 0x7E;
+          CHECK(has_max);
+        }
+    }
+  }
+}
+
+TEST_CASE("cpu::linear and linear_f32 refuse shapes and dtypes they cannot handle") {
+  std::vector<bf16> x(6), y(10);
+  std::vector<float> yf(10);
+  std::vector<bf16> w(12);
+  const WeightView w43{DType::BF16, w.data(), 4, 3, nullptr};
+  std::string what = error_of([&] { cpu::linear({x.data(), 2, 3, 3}, w43, ScaleFmt::none, {y.data(), 2, 5, 5}); },
+                              dsv32::ErrorKind::invalid_argument);
+  CHECK(what.find("linear: input [2, 3] and output [2, 5] do not fit weight [4, 3]") != std::string::npos);
+  error_of([&] { cpu::linear({x.data(), 3, 2, 2}, w43, ScaleFmt::none, {y.data(), 3, 4, 4}); },
+           dsv32::ErrorKind::invalid_argument);
+  error_of([&] { cpu::linear_f32({x.data(), 2, 3, 3}, w43, {yf.data(), 1, 4, 4}); }, dsv32::ErrorKind::invalid_argument);
+
+  std::vector<std::uint8_t> codes(4 * 64);
+  std::vector<float> scale(1, 1.0f);
+  std::vector<bf16> x64(64), y4(4);
+  const WeightView fp8{DType::F8_E4M3, codes.data(), 4, 64, scale.data()};
+  what = error_of([&] { cpu::linear({x64.data(), 1, 64, 64}, fp8, ScaleFmt::none, {y4.data(), 1, 4, 4}); },
+                  dsv32::ErrorKind::invalid_argument);
+  CHECK(what.find("FP8 linear needs in_features % 128 == 0, got 64") != std::string::npos);
+  std::vector<float> y4f(4);
+  what = error_of([&] { cpu::linear_f32({x64.data(), 1, 64, 64}, fp8, {y4f.data(), 1, 4, 4}); },
+                  dsv32::ErrorKind::invalid_argument);
+  CHECK(what.find("f32 linear needs a BF16 or F32 weight, got F8_E4M3") != std::string::npos);
+  // a dtype the products cannot read is refused before any parallel loop, also for a weight large
+  // enough to be split over threads (an exception escaping an OpenMP region would terminate)
+  std::vector<std::int32_t> big(1024 * 512);
+  std::vector<bf16> xb(4 * 512), yb(4 * 1024);
+  for (DType bad : {DType::I32, DType::F16}) {
+    const WeightView wb{bad, big.data(), 1024, 512, nullptr};
+    what = error_of([&] { cpu::linear({xb.data(), 4, 512, 512}, wb, ScaleFmt::none, {yb.data(), 4, 1024, 1024}); },
+                    dsv32::ErrorKind::unsupported);
+    CHECK(what.find(std::string("linear: weight dtype ") + std::string(dsv32::dtype_name(bad))) != std::string::npos);
+  }
+  // no rows: nothing to do, nothing touched
+  CHECK_NOTHROW(cpu::linear({x.data(), 0, 3, 3}, w43, ScaleFmt::none, {y.data(), 0, 4, 4}));
+}
