@@ -9,11 +9,6 @@
 #include <dsv32/generate/generate.hpp>
 #include <dsv32/io/checkpoint.hpp>
 
-#if __has_include(<dsv32/io/hf_checkpoint.hpp>)
-#include <dsv32/io/hf_checkpoint.hpp>
-#define DSV32_GENERATE_HF_CONFIG 1
-#endif
-
 #if defined(DSV32_GENERATE_WITH_TOKENIZER)
 #include <dsv32/tokenizer.hpp>
 #endif
@@ -320,27 +315,8 @@ class ModelEngine final : public Engine {
 // The one place that reads a checkpoint directory's config.json: the reference's ModelArgs fields,
 // or Hugging Face's when the build has their parser (<dsv32/io/hf_checkpoint.hpp>).
 dsv32::ModelArgs read_checkpoint_args(const fs::path& dir) {
-  const fs::path path = dir / "config.json";
   if (!fs::is_directory(dir)) throw dsv32::Error(dsv32::ErrorKind::io, "checkpoint directory " + dir.string() + " does not exist");
-  std::ifstream in(path);
-  if (!in) throw dsv32::Error(dsv32::ErrorKind::io, "checkpoint directory " + dir.string() + " has no config.json");
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw dsv32::Error(dsv32::ErrorKind::invalid_config, path.string() + ": not valid JSON: " + e.what());
-  }
-  const bool hf = j.is_object() && (j.contains("hidden_size") || j.contains("model_type") || j.contains("architectures"));
-  if (hf) {
-#if defined(DSV32_GENERATE_HF_CONFIG)
-    return dsv32::parse_hf_config(j, path.string()).args;
-#else
-    throw dsv32::Error(dsv32::ErrorKind::unsupported,
-                       path.string() + " is a Hugging Face config; this build reads the reference's converted format "
-                                       "only (convert the checkpoint with the reference's convert.py)");
-#endif
-  }
-  return dsv32::ModelArgs::from_json(j, path.string());
+  return dsv32::read_model_config(dir);  // the reference's ModelArgs fields or Hugging Face's
 }
 
 std::unique_ptr<Engine> make_engine(const Arguments& a, std::int64_t batch) {

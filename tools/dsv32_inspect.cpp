@@ -16,19 +16,8 @@
 #include <dsv32/dsv32.hpp>
 #include <dsv32/io/checkpoint.hpp>
 
-// Hugging Face checkpoints and config.json files (HfCheckpointSource, read_hf_config), where this
-// dsv32 has them.
-#if __has_include(<dsv32/io/hf_checkpoint.hpp>)
+// Hugging Face checkpoints and config.json files (HfCheckpointSource, read_hf_config).
 #include <dsv32/io/hf_checkpoint.hpp>
-#define DSV32_INSPECT_HF 1
-#define DSV32_INSPECT_HF_CONFIG " or Hugging Face's"
-#define DSV32_INSPECT_HF_CHECKPOINT \
-  ",\n                      or a Hugging Face checkpoint directory (config.json, model.safetensors[.index.json])"
-#else
-#define DSV32_INSPECT_HF 0
-#define DSV32_INSPECT_HF_CONFIG ""
-#define DSV32_INSPECT_HF_CHECKPOINT ""
-#endif
 
 #include <algorithm>
 #include <array>
@@ -71,7 +60,7 @@ bytes per token, and the memory plan (weights + caches + RoPE tables) of one mod
 With --checkpoint, checks that a checkpoint holds exactly the config's tensors instead.
 
   --preset NAME       a config compiled into dsv32 (see --list-presets)
-  --config FILE       a config.json (the reference's ModelArgs fields)" DSV32_INSPECT_HF_CONFIG R"(); when
+  --config FILE       a config.json (the reference's ModelArgs fields) or Hugging Face's); when
                       it matches a compiled config its tensor list is used, otherwise figures come
                       from ModelArgs arithmetic
   --batch B           max_batch_size the caches are sized for (default: the config.json's, else 8)
@@ -80,7 +69,8 @@ With --checkpoint, checks that a checkpoint holds exactly the config's tensors i
   --world-size W      model-parallel ranks; figures are per rank (default 1; with --checkpoint: the
                       world size of the model{rank}-mp{world}.safetensors files found)
   --checkpoint PATH   a checkpoint directory in the reference's converted format (config.json and
-                      model{rank}-mp{world}.safetensors), or one .safetensors file)" DSV32_INSPECT_HF_CHECKPOINT R"(;
+                      model{rank}-mp{world}.safetensors), or one .safetensors file),
+                      or a Hugging Face checkpoint directory (config.json, model.safetensors[.index.json]);
                       reports the tensors present, missing, extra, and those with the wrong dtype
                       or shape, compared with the compiled config its config.json matches
   --limit N           names listed per list with --checkpoint (default 10)
@@ -243,17 +233,7 @@ ResolvedConfig resolve_preset(const std::string& name) {
 /// Whether a parsed config.json uses Hugging Face's field names (hidden_size, num_hidden_layers, ...)
 /// rather than the reference's ModelArgs names.
 bool hf_naming(const nlohmann::json& j) {
-#if DSV32_INSPECT_HF
   return dsv32::is_hf_config(j);
-#else
-  return j.is_object() && (j.contains("hidden_size") || j.contains("num_hidden_layers") || j.contains("model_type") ||
-                           j.contains("architectures"));
-#endif
-}
-
-[[noreturn]] void no_hf_support(const std::string& what) {
-  dsv32::fail(ErrorKind::unsupported, what, " is in Hugging Face's format, which this build of dsv32-inspect "
-              "does not read (it needs <dsv32/io/hf_checkpoint.hpp>); convert it to the reference's format first");
 }
 
 /// Reads a config.json in either naming: the reference's ModelArgs fields, or Hugging Face's.
@@ -264,12 +244,8 @@ ResolvedConfig resolve_config_file(const fs::path& path) {
   std::ifstream in(path);
   const nlohmann::json peek = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (hf_naming(peek)) {
-#if DSV32_INSPECT_HF
     r.args = dsv32::read_hf_config(path).args;
     r.hf_naming = true;
-#else
-    no_hf_support(path.string());
-#endif
   } else {
     r.args = ModelArgs::from_file(path);
   }
@@ -568,11 +544,7 @@ void check_shard(const dsv32::TensorSource* source, int world, ShardCheck& s) {
 /// Whether `dir` holds a Hugging Face checkpoint: its index or model.safetensors (load_checkpoint()'s rule,
 /// after the reference's shards).
 bool is_hf_directory(const fs::path& dir) {
-#if DSV32_INSPECT_HF
   return dsv32::HfCheckpointSource::detect(dir);
-#else
-  return fs::exists(dir / "model.safetensors.index.json") || fs::exists(dir / "model.safetensors");
-#endif
 }
 
 /// The world sizes of the model{rank}-mp{world}.safetensors files in `dir`.
@@ -617,7 +589,6 @@ CheckpointReport inspect_checkpoint(const Args& args) {
   // The layout, by load_checkpoint()'s rule: the reference's shards win over a Hugging Face layout.
   const std::set<int> worlds = dir ? shard_world_sizes(path) : std::set<int>{};
   const bool hf = dir && worlds.empty() && is_hf_directory(path);
-  if (hf && !DSV32_INSPECT_HF) no_hf_support("checkpoint directory " + path.string());
   if (hf && args.world_size.value_or(1) != 1)
     usage_error(path.string(), " is a Hugging Face checkpoint, which holds whole tensors (world size 1); "
                 "split it with dsv32-convert --model-parallel N and inspect the result");
@@ -645,7 +616,6 @@ CheckpointReport inspect_checkpoint(const Args& args) {
                 "(run dsv32-inspect --config on it for its sizes)");
 
   if (hf) {
-#if DSV32_INSPECT_HF
     r.format = "Hugging Face";
     ShardCheck s;
     s.file = path.string();
@@ -662,7 +632,6 @@ CheckpointReport inspect_checkpoint(const Args& args) {
       with_preset(r.config.compiled, [&]<class C>() { check_shard<C>(nullptr, 1, s); });
     }
     r.shards.push_back(std::move(s));
-#endif
     return r;
   }
   r.format = "reference";

@@ -1,22 +1,28 @@
 // embed: dsv32 in a project of your own, found with find_package(dsv32) (see CMakeLists.txt).
 //
-//   embed                  a model of your own shape (MyConfig) with seeded random weights
-//   embed CHECKPOINT_DIR   a checkpoint in the reference's converted format (config.json and
-//                          model0-mp1.safetensors), run by whichever compiled config it matches
-#include <dsv32/config/registry.hpp>
+//   embed                              a model of your own shape (MyConfig), seeded random weights
+//   embed CHECKPOINT_DIR               a checkpoint (reference format or Hugging Face), run by
+//                                      whichever compiled config its config.json matches
+//   embed [CHECKPOINT_DIR] --tokenizer DIR "text"
+//                                      text in (chat template), streamed text out (needs dsv32::tokenizer)
 #include <dsv32/dsv32.hpp>
-#include <dsv32/io/checkpoint.hpp>
+#if EMBED_WITH_TOKENIZER
+#include <dsv32/tokenizer.hpp>
+#endif
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <string>
 #include <vector>
 
 // Shapes are compile-time. A model of your own is a struct that starts from ConfigDefaults (the
 // reference's ModelArgs defaults) and overrides what differs; shapes that break an invariant
 // (e.g. n_activated_experts > n_routed_experts) fail to compile with a message naming the field.
+// This one is tiny but keeps DeepSeek's vocabulary, so the real tokenizer's ids fit.
 struct MyConfig : dsv32::ConfigDefaults {
   static constexpr std::string_view name = "my-small-moe";
-  static constexpr std::int64_t vocab_size = 1000, dim = 128, inter_dim = 256, moe_inter_dim = 64;
+  static constexpr std::int64_t vocab_size = 129280, dim = 128, inter_dim = 256, moe_inter_dim = 64;
   static constexpr std::int64_t n_layers = 2, n_heads = 4, q_lora_rank = 64, kv_lora_rank = 64;
   static constexpr std::int64_t qk_nope_head_dim = 32, qk_rope_head_dim = 16, v_head_dim = 32;
   static constexpr std::int64_t n_routed_experts = 8, n_shared_experts = 1, n_activated_experts = 2;
@@ -27,33 +33,75 @@ static_assert(dsv32::valid_config<MyConfig>);
 // The configs this program is built for; add dsv32::Config671B to serve the released model.
 using Configs = dsv32::ConfigList<MyConfig, dsv32::TinyBf16>;
 
-// Prefills a prompt, then decodes greedily, one token per call.
+struct Request {
+  std::optional<std::filesystem::path> checkpoint, tokenizer;
+  std::string text;
+};
+
 template <class Config>
-void generate(const char* checkpoint, const dsv32::RuntimeOptions& options) {
+void run(const Request& req, const dsv32::RuntimeOptions& options) {
   dsv32::Transformer<Config> model(options);
-  if (checkpoint) dsv32::load_checkpoint(model, checkpoint);
+  if (req.checkpoint) dsv32::load_checkpoint(model, *req.checkpoint);
   else model.init_random(/*seed=*/42);
-  const std::vector<std::int32_t> prompt = {1, 17, 42, 99, 256};
-  dsv32::Logits logits = model.forward(prompt, /*batch=*/1, /*start_pos=*/0);
-  std::vector<std::int32_t> out = {logits.argmax(0)};
-  for (std::int64_t pos = static_cast<std::int64_t>(prompt.size()); out.size() < 8; ++pos) {
-    const std::int32_t last = out.back();
-    logits = model.forward(std::span(&last, 1), 1, pos);
-    out.push_back(logits.argmax(0));
+
+  std::vector<std::int32_t> prompt = {1, 17, 42, 99, 256};
+  dsv32::GenerateOptions opts;
+  opts.max_new_tokens = 8;  // greedy (temperature 0) unless you set opts.sampling
+  opts.sampling.temperature = 0;
+#if EMBED_WITH_TOKENIZER
+  std::optional<dsv32::Tokenizer> tok;
+  std::optional<dsv32::StreamDecoder> stream;
+  if (req.tokenizer) {
+    tok = dsv32::Tokenizer::from_directory(*req.tokenizer);
+    const std::vector<dsv32::ChatMessage> chat = {{"user", req.text}};
+    prompt = tok->encode_chat(chat, /*add_generation_prompt=*/true);
+    opts.eos_id = tok->eos_id();
+    stream = tok->stream_decoder(/*skip_special_tokens=*/true);
   }
+#endif
   std::printf("%.*s:", static_cast<int>(Config::name.size()), Config::name.data());
-  for (std::int32_t t : out) std::printf(" %d", t);
-  std::printf("\n");
+  opts.on_token = [&](std::size_t, std::int32_t id) {  // streamed as each token is produced
+#if EMBED_WITH_TOKENIZER
+    if (stream) {
+      std::printf("%s", (tok->contains(id) ? stream->push(id) : std::string("\xEF\xBF\xBD")).c_str());
+      return true;
+    }
+#endif
+    std::printf(" %d", id);
+    return true;
+  };
+  const dsv32::GenerationResult r = dsv32::generate(model, {prompt}, opts);
+  std::printf("\n%zu prompt tokens, %lld generated, %.1f tokens/s\n", prompt.size(),
+              static_cast<long long>(r.stats.generated_tokens), r.stats.decode_tokens_per_s());
 }
 
 int main(int argc, char** argv) {
+  Request req;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--tokenizer" && i + 2 < argc) {
+      req.tokenizer = argv[++i];
+      req.text = argv[++i];
+    } else if (a.rfind("--", 0) != 0 && !req.checkpoint) {
+      req.checkpoint = a;
+    } else {
+      std::fprintf(stderr, "usage: embed [CHECKPOINT_DIR] [--tokenizer DIR \"text\"]\n");
+      return 2;
+    }
+  }
+#if !EMBED_WITH_TOKENIZER
+  if (req.tokenizer) {
+    std::fprintf(stderr, "embed: built without dsv32::tokenizer; text needs it\n");
+    return 2;
+  }
+#endif
   try {
-    if (argc < 2) {
-      generate<MyConfig>(nullptr, dsv32::RuntimeOptions{.max_batch_size = 1, .max_seq_len = 64});
+    if (!req.checkpoint) {
+      run<MyConfig>(req, dsv32::RuntimeOptions{.max_batch_size = 1, .max_seq_len = 256});
       return 0;
     }
-    const auto args = dsv32::ModelArgs::from_file(std::filesystem::path(argv[1]) / "config.json");
-    dsv32::dispatch_config<Configs>(args, [&]<class C>() { generate<C>(argv[1], args.runtime); });
+    const auto args = dsv32::read_model_config(*req.checkpoint);  // reference or Hugging Face config.json
+    dsv32::dispatch_config<Configs>(args, [&]<class C>() { run<C>(req, args.runtime); });
     return 0;
   } catch (const dsv32::Error& e) {  // bad files, shapes, tokens: one exception type, a clear message
     std::fprintf(stderr, "embed: %s\n", e.what());

@@ -326,7 +326,7 @@ TEST_CASE("Transformer::forward validates every argument before touching the cac
       {"no tokens", [&] { model.forward(none, 1, 4); }, "forward: no tokens"},
       {"uneven", [&] { model.forward(five, 2, 4); }, "forward: 5 tokens do not split into 2 sequences of equal length"},
       {"too long", [&] { model.forward(long_seq, 2, 4); }, "forward: positions [4, 25) exceed max_seq_len = 24"},
-      {"negative start", [&] { model.forward(two, 2, -1); }, "forward: positions [-1, 0) exceed max_seq_len = 24"},
+      {"negative start", [&] { model.forward(two, 2, -1); }, "forward: start_pos must be >= 0, got -1"},
       {"token 300", [&] { model.forward(bad_token, 2, 2); },
        "forward: token id 300 (sequence 1, position 4) outside the vocabulary [0, 300)"},
       {"token -1", [&] { model.forward(negative, 1, 0); },

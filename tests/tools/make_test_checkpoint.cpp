@@ -9,12 +9,7 @@
 // Face tensor names.
 #include <dsv32/config/model_args.hpp>
 #include <dsv32/io/safetensors.hpp>
-#if __has_include(<dsv32/io/hf_checkpoint.hpp>)
 #include <dsv32/io/hf_checkpoint.hpp>
-#define DSV32_TEST_HF 1
-#else
-#define DSV32_TEST_HF 0
-#endif
 
 #include <algorithm>
 #include <cstdio>
@@ -54,18 +49,12 @@ int main(int argc, char** argv) {
   try {
     fs::remove_all(dst);
     fs::create_directories(dst);
-#if DSV32_TEST_HF
     if (hf) {
       std::ofstream(dst / "config.json") << dsv32::to_hf_config(dsv32::ModelArgs::from_file(src / "config.json")).dump(2);
     }
-#else
-    if (hf) throw std::runtime_error("--hf needs <dsv32/io/hf_checkpoint.hpp>");
-#endif
     if (!hf) fs::copy_file(src / "config.json", dst / "config.json");
     auto stored_name = [&](const std::string& name) {
-#if DSV32_TEST_HF
       if (hf) return dsv32::hf_name_from_dsv32(name);
-#endif
       return name;
     };
     const auto file = dsv32::SafetensorsFile::open(src / "model0-mp1.safetensors");

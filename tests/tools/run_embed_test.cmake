@@ -31,10 +31,19 @@ run("${CMAKE_COMMAND}" --build "${WORK_DIR}/embed")
 string(REPEAT " [0-9]+" 8 eight_tokens)  # CMake's regex has no {n}
 run("${WORK_DIR}/embed/embed")
 message(STATUS "embed: ${out}")
-expect("${out}" "^my-small-moe:${eight_tokens}\n$")
+expect("${out}" "^my-small-moe:${eight_tokens}\n5 prompt tokens, 8 generated, [0-9.]+ tokens/s\n$")
 run("${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_bf16")
 message(STATUS "embed tiny_bf16: ${out}")
-expect("${out}" "^tiny_bf16:${eight_tokens}\n$")
+expect("${out}" "^tiny_bf16:${eight_tokens}\n5 prompt tokens, 8 generated")
+
+# With the tokenizer component (installed with dsv32 when PCRE2 is present): text in, text out.
+file(GLOB_RECURSE tokenizer_targets "${prefix}/*/dsv32TokenizerTargets.cmake")
+if(tokenizer_targets)
+  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3" "What is 2+2?")
+  message(STATUS "embed with tokenizer: ${out}")
+  # bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>: 10 prompt tokens
+  expect("${out}" "^my-small-moe:.*\n10 prompt tokens, [0-9]+ generated")
+endif()
 
 # A checkpoint no compiled config matches is refused with dsv32::Error's message, exit status 1.
 execute_process(COMMAND "${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_fp8_plain_scale"

@@ -123,7 +123,7 @@ struct ModelArgs {
            "dtype fp8 needs dim, q_lora_rank, kv_lora_rank, n_heads * v_head_dim, inter_dim and moe_inter_dim "
            "to be multiples of 128");
     }
-    runtime.validate();
+    runtime.validate(source);
   }
 
   /// \brief Visits every field as (json key, pointer to member, is it a shape field).
@@ -179,7 +179,7 @@ struct ModelArgs {
       });
       DSV32_CHECK(known, invalid_config, source, ": unknown key \"", it.key(), "\"");
     }
-    a.runtime.validate();
+    a.runtime.validate(source);
     return a;
   }
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "dsv32/core/error.hpp"
 
@@ -29,16 +30,17 @@ struct RuntimeOptions {
   bool yarn() const noexcept { return max_seq_len > original_seq_len; }
 
   /// \brief Throws an Error naming the first option out of range.
-  void validate() const {
-    DSV32_CHECK(max_batch_size >= 1, invalid_config, "max_batch_size must be >= 1, got ", max_batch_size);
-    DSV32_CHECK(max_seq_len >= 1, invalid_config, "max_seq_len must be >= 1, got ", max_seq_len);
-    DSV32_CHECK(original_seq_len >= 1, invalid_config, "original_seq_len must be >= 1, got ", original_seq_len);
-    DSV32_CHECK(rope_theta > 1.0 && std::isfinite(rope_theta), invalid_config, "rope_theta must be > 1, got ", rope_theta);
-    DSV32_CHECK(rope_factor > 0.0 && std::isfinite(rope_factor), invalid_config, "rope_factor must be > 0, got ",
+  /// \param source where the options came from, for the message
+  void validate(const std::string& source = "runtime options") const {
+    DSV32_CHECK(max_batch_size >= 1, invalid_config, source, ": max_batch_size must be >= 1, got ", max_batch_size);
+    DSV32_CHECK(max_seq_len >= 1, invalid_config, source, ": max_seq_len must be >= 1, got ", max_seq_len);
+    DSV32_CHECK(original_seq_len >= 1, invalid_config, source, ": original_seq_len must be >= 1, got ", original_seq_len);
+    DSV32_CHECK(rope_theta > 1.0 && std::isfinite(rope_theta), invalid_config, source, ": rope_theta must be > 1, got ", rope_theta);
+    DSV32_CHECK(rope_factor > 0.0 && std::isfinite(rope_factor), invalid_config, source, ": rope_factor must be > 0, got ",
                 rope_factor);
-    DSV32_CHECK(beta_fast > 0 && beta_slow > 0, invalid_config, "beta_fast and beta_slow must be > 0, got ",
+    DSV32_CHECK(beta_fast > 0 && beta_slow > 0, invalid_config, source, ": beta_fast and beta_slow must be > 0, got ",
                 beta_fast, " and ", beta_slow);
-    DSV32_CHECK(std::isfinite(mscale), invalid_config, "mscale must be finite");
+    DSV32_CHECK(std::isfinite(mscale), invalid_config, source, ": mscale must be finite");
   }
 };
 

@@ -202,7 +202,7 @@ class Tensor {
 
  private:
   Buffer<T, Backend> buffer_;
-  Shape shape_;
+  Shape shape_{0};  // empty, not a scalar: a default tensor holds no elements
 };
 
 /// @}

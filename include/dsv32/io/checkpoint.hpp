@@ -63,15 +63,26 @@ inline CheckpointLayout detect_checkpoint_layout(const std::filesystem::path& pa
                                                              "size, or convert the checkpoint again)");
 }
 
+/// \brief Reads a model's config.json in either naming — Hugging Face's (`hidden_size`, ...) or the
+///        reference's ModelArgs fields — into ModelArgs. `path` is the file or a directory holding it.
+/// \param path a config.json, or a checkpoint directory with one
+/// \throws Error(io) if it cannot be read; Error(invalid_config) as parse_hf_config() / ModelArgs::from_json().
+inline ModelArgs read_model_config(const std::filesystem::path& path) {
+  const bool dir = std::filesystem::is_directory(path);
+  const std::filesystem::path file = dir ? path / "config.json" : path;
+  DSV32_CHECK(!dir || std::filesystem::exists(file), io, "checkpoint directory ", path.string(), " has no config.json");
+  const nlohmann::json j = detail::read_json_file(file, ErrorKind::invalid_config);
+  return is_hf_config(j) ? parse_hf_config(j, file.string()).args : ModelArgs::from_json(j, file.string());
+}
+
 /// \brief Checks a config.json against the compiled config `Config`, whichever naming it uses
 ///        (Hugging Face's or the reference's ModelArgs fields); every disagreeing field is listed.
 /// \tparam Config compile-time config
-/// \throws Error(invalid_config) listing the fields; as parse_hf_config() / ModelArgs::from_json().
+/// \param path the config.json
+/// \throws Error(invalid_config) listing the fields; as read_model_config().
 template <class Config>
 void check_config_file(const std::filesystem::path& path) {
-  const nlohmann::json j = detail::read_json_file(path, ErrorKind::invalid_config);
-  const ModelArgs args = is_hf_config(j) ? parse_hf_config(j, path.string()).args : ModelArgs::from_json(j, path.string());
-  args.template check_matches<Config>(path.string());
+  read_model_config(path).template check_matches<Config>(path.string());
 }
 
 /// \brief Loads a checkpoint into `model`: a file or directory in the reference's converted format,

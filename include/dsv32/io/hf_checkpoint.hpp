@@ -46,6 +46,9 @@ namespace detail {
 /// two) and nesting deeper than 64. A file that cannot be opened throws Error(io); a malformed one
 /// Error(`malformed`) naming the file.
 inline nlohmann::json read_json_file(const std::filesystem::path& path, ErrorKind malformed) {
+  std::error_code ec;
+  DSV32_CHECK(std::filesystem::is_regular_file(path, ec), io, "cannot read ", path.string(), ": ",
+              std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
   std::ifstream in(path, std::ios::binary);
   DSV32_CHECK(in.good(), io, "cannot open ", path.string());
   const std::string text{std::istreambuf_iterator<char>(in), {}};

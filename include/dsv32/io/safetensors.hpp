@@ -594,8 +594,13 @@ class AtomicFileWriter {
     static std::atomic<unsigned> counter{0};
     for (int attempt = 0; fd_ < 0; ++attempt) {
       temp_ = target_;
-      temp_.replace_filename("." + target_.filename().string() + ".tmp-" + std::to_string(::getpid()) + "-" +
-                             std::to_string(counter.fetch_add(1)));
+      std::string name = ".";  // built by appends: GCC 12 warns falsely (-Wrestrict) on "." + string
+      name += target_.filename().string();
+      name += ".tmp-";
+      name += std::to_string(::getpid());
+      name += '-';
+      name += std::to_string(counter.fetch_add(1));
+      temp_.replace_filename(name);
       fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
       if (fd_ < 0 && (errno != EEXIST || attempt > 100)) fail_errno("cannot create");
     }

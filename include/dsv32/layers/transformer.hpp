@@ -226,8 +226,9 @@ class Transformer {
     DSV32_CHECK(tokens.size() % static_cast<std::size_t>(batch) == 0, invalid_argument, "forward: ", tokens.size(),
                 " tokens do not split into ", batch, " sequences of equal length");
     const std::int64_t seq = static_cast<std::int64_t>(tokens.size()) / batch;
-    DSV32_CHECK(start_pos >= 0 && start_pos + seq <= options_.max_seq_len, invalid_argument, "forward: positions [",
-                start_pos, ", ", start_pos + seq, ") exceed max_seq_len = ", options_.max_seq_len);
+    DSV32_CHECK(start_pos >= 0, invalid_argument, "forward: start_pos must be >= 0, got ", start_pos);
+    DSV32_CHECK(start_pos + seq <= options_.max_seq_len, invalid_argument, "forward: positions [", start_pos, ", ",
+                start_pos + seq, ") exceed max_seq_len = ", options_.max_seq_len);
     for (std::size_t i = 0; i < tokens.size(); ++i)
       DSV32_CHECK(tokens[i] >= 0 && tokens[i] < Config::vocab_size, invalid_argument, "forward: token id ", tokens[i],
                   " (sequence ", static_cast<std::int64_t>(i) / seq, ", position ",
