@@ -9,6 +9,7 @@
 #include <Eigen/Core>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -98,6 +99,17 @@ void dense_product(const float* x, std::int64_t m, const WeightView& w, Store&& 
 /// rounded once to f32, times a_scale[m, kb] * w_scale[n / 128, kb], summed over K blocks in f32 —
 /// the reference's arithmetic exactly, which matters because quantized sums often land exactly on
 /// bf16 rounding midpoints.
+/// Activation rows up to which the FP8 product streams the weights row by row instead of going
+/// through Eigen's blocked GEMM.
+inline constexpr std::int64_t kFewRows = 4;
+
+/// E4M3 code -> exact double value.
+inline constexpr auto kE4m3DecodeDouble = [] {
+  std::array<double, 256> t{};
+  for (unsigned c = 0; c < 256; ++c) t[c] = ::dsv32::detail::e4m3_value(c);
+  return t;
+}();
+
 template <class Store>
 void fp8_product(const std::uint8_t* xq, const float* xs, std::int64_t m, const WeightView& w, Store&& store) {
   using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -109,6 +121,30 @@ void fp8_product(const std::uint8_t* xq, const float* xs, std::int64_t m, const 
     const std::int64_t n0 = nb * kBlockSize, rows = std::min(kBlockSize, n - n0);
     Eigen::Map<RowMatrixF> acc(thread_scratch(1, static_cast<std::size_t>(m * rows)), m, rows);
     acc.setZero();
+    if (m <= kFewRows) {
+      // Decode: a few activation rows. Each weight is read once and looked up in a double table; the
+      // block dots are the same exact sums (in another order, which exact sums do not notice).
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::uint8_t* wrow = wq + (n0 + r) * k;
+        for (std::int64_t kb = 0; kb < kb_count; ++kb) {
+          const std::uint8_t* wb = wrow + kb * kBlockSize;
+          const float ws = w.scale[nb * sc + kb];
+          for (std::int64_t i = 0; i < m; ++i) {
+            const double* xb = xd.data() + i * k + kb * kBlockSize;
+            double d0 = 0, d1 = 0, d2 = 0, d3 = 0;
+            for (std::int64_t c = 0; c < kBlockSize; c += 4) {
+              d0 += kE4m3DecodeDouble[wb[c]] * xb[c];
+              d1 += kE4m3DecodeDouble[wb[c + 1]] * xb[c + 1];
+              d2 += kE4m3DecodeDouble[wb[c + 2]] * xb[c + 2];
+              d3 += kE4m3DecodeDouble[wb[c + 3]] * xb[c + 3];
+            }
+            acc(i, r) += static_cast<float>((d0 + d1) + (d2 + d3)) * (xs[i * kb_count + kb] * ws);
+          }
+        }
+      }
+      store(n0, rows, acc.data());
+      return;
+    }
     RowMatrixD wblock(rows, kBlockSize), partial(m, rows);
     for (std::int64_t kb = 0; kb < kb_count; ++kb) {
       for (std::int64_t r = 0; r < rows; ++r)
