@@ -26,38 +26,39 @@ namespace dsv32 {
 /// \brief Every field of the reference's `ModelArgs` (plus gate_bias and indexer_rope_interleaved) as
 ///        runtime values. Absent config.json fields keep the reference's defaults.
 struct ModelArgs {
-  RuntimeOptions runtime;
-  std::int64_t vocab_size = ConfigDefaults::vocab_size;
-  std::int64_t dim = ConfigDefaults::dim;
-  std::int64_t inter_dim = ConfigDefaults::inter_dim;
-  std::int64_t moe_inter_dim = ConfigDefaults::moe_inter_dim;
-  std::int64_t n_layers = ConfigDefaults::n_layers;
-  std::int64_t n_dense_layers = ConfigDefaults::n_dense_layers;
-  std::int64_t n_heads = ConfigDefaults::n_heads;
-  std::int64_t n_routed_experts = ConfigDefaults::n_routed_experts;
-  std::int64_t n_shared_experts = ConfigDefaults::n_shared_experts;
-  std::int64_t n_activated_experts = ConfigDefaults::n_activated_experts;
-  std::int64_t n_expert_groups = ConfigDefaults::n_expert_groups;
-  std::int64_t n_limited_groups = ConfigDefaults::n_limited_groups;
-  ScoreFunc score_func = ConfigDefaults::score_func;
-  double route_scale = ConfigDefaults::route_scale;
-  std::int64_t q_lora_rank = ConfigDefaults::q_lora_rank;
-  std::int64_t kv_lora_rank = ConfigDefaults::kv_lora_rank;
-  std::int64_t qk_nope_head_dim = ConfigDefaults::qk_nope_head_dim;
-  std::int64_t qk_rope_head_dim = ConfigDefaults::qk_rope_head_dim;
-  std::int64_t v_head_dim = ConfigDefaults::v_head_dim;
-  std::int64_t index_n_heads = ConfigDefaults::index_n_heads;
-  std::int64_t index_head_dim = ConfigDefaults::index_head_dim;
-  std::int64_t index_topk = ConfigDefaults::index_topk;
-  WeightDType dtype = ConfigDefaults::dtype;
-  ScaleFmt scale_fmt = ConfigDefaults::scale_fmt;
-  std::optional<bool> gate_bias;  ///< unset: the reference's rule (dim == 7168)
-  bool indexer_rope_interleaved = false;
+  RuntimeOptions runtime;                                                  ///< serving limits and RoPE/YaRN scalars
+  std::int64_t vocab_size = ConfigDefaults::vocab_size;                    ///< \copydoc ConfigDefaults::vocab_size
+  std::int64_t dim = ConfigDefaults::dim;                                  ///< \copydoc ConfigDefaults::dim
+  std::int64_t inter_dim = ConfigDefaults::inter_dim;                      ///< \copydoc ConfigDefaults::inter_dim
+  std::int64_t moe_inter_dim = ConfigDefaults::moe_inter_dim;              ///< \copydoc ConfigDefaults::moe_inter_dim
+  std::int64_t n_layers = ConfigDefaults::n_layers;                        ///< \copydoc ConfigDefaults::n_layers
+  std::int64_t n_dense_layers = ConfigDefaults::n_dense_layers;            ///< \copydoc ConfigDefaults::n_dense_layers
+  std::int64_t n_heads = ConfigDefaults::n_heads;                          ///< \copydoc ConfigDefaults::n_heads
+  std::int64_t n_routed_experts = ConfigDefaults::n_routed_experts;        ///< \copydoc ConfigDefaults::n_routed_experts
+  std::int64_t n_shared_experts = ConfigDefaults::n_shared_experts;        ///< \copydoc ConfigDefaults::n_shared_experts
+  std::int64_t n_activated_experts = ConfigDefaults::n_activated_experts;  ///< \copydoc ConfigDefaults::n_activated_experts
+  std::int64_t n_expert_groups = ConfigDefaults::n_expert_groups;          ///< \copydoc ConfigDefaults::n_expert_groups
+  std::int64_t n_limited_groups = ConfigDefaults::n_limited_groups;        ///< \copydoc ConfigDefaults::n_limited_groups
+  ScoreFunc score_func = ConfigDefaults::score_func;                       ///< \copydoc ConfigDefaults::score_func
+  double route_scale = ConfigDefaults::route_scale;                        ///< \copydoc ConfigDefaults::route_scale
+  std::int64_t q_lora_rank = ConfigDefaults::q_lora_rank;                  ///< \copydoc ConfigDefaults::q_lora_rank
+  std::int64_t kv_lora_rank = ConfigDefaults::kv_lora_rank;                ///< \copydoc ConfigDefaults::kv_lora_rank
+  std::int64_t qk_nope_head_dim = ConfigDefaults::qk_nope_head_dim;        ///< \copydoc ConfigDefaults::qk_nope_head_dim
+  std::int64_t qk_rope_head_dim = ConfigDefaults::qk_rope_head_dim;        ///< \copydoc ConfigDefaults::qk_rope_head_dim
+  std::int64_t v_head_dim = ConfigDefaults::v_head_dim;                    ///< \copydoc ConfigDefaults::v_head_dim
+  std::int64_t index_n_heads = ConfigDefaults::index_n_heads;              ///< \copydoc ConfigDefaults::index_n_heads
+  std::int64_t index_head_dim = ConfigDefaults::index_head_dim;            ///< \copydoc ConfigDefaults::index_head_dim
+  std::int64_t index_topk = ConfigDefaults::index_topk;                    ///< \copydoc ConfigDefaults::index_topk
+  WeightDType dtype = ConfigDefaults::dtype;                               ///< \copydoc ConfigDefaults::dtype
+  ScaleFmt scale_fmt = ConfigDefaults::scale_fmt;                          ///< \copydoc ConfigDefaults::scale_fmt
+  std::optional<bool> gate_bias;                                           ///< \copydoc ConfigDefaults::gate_bias
+  bool indexer_rope_interleaved = false;                                   ///< \copydoc ConfigDefaults::indexer_rope_interleaved
 
   /// \brief gate_bias with the reference's rule applied when unset.
   constexpr bool resolved_gate_bias() const noexcept { return gate_bias.value_or(dim == 7168); }
 
   /// \brief The shape fields of compile-time config `C` (runtime options keep their defaults).
+  /// \tparam C a compile-time config (see ConfigDefaults)
   template <class C>
   static constexpr ModelArgs of() {
     static_assert(valid_config<C>);
@@ -126,7 +127,10 @@ struct ModelArgs {
     runtime.validate(source);
   }
 
-  /// \brief Visits every field as (json key, pointer to member, is it a shape field).
+  /// \brief Calls `v` once per field with its config.json key and how to reach it: a shape field as
+  ///        `v(key, &ModelArgs::field)`, a runtime option as `v(key, &ModelArgs::runtime,
+  ///        &RuntimeOptions::field)`. Shape fields are thus the calls with one member pointer.
+  /// \tparam Visitor a generic callable, e.g. `[](const char* key, auto... member) { ... }`
   template <class Visitor>
   static void visit_fields(Visitor&& v) {
     v("max_batch_size", &ModelArgs::runtime, &RuntimeOptions::max_batch_size);
@@ -198,6 +202,7 @@ struct ModelArgs {
 
   /// \brief The fields (shape fields, not runtime options) whose values differ from config `C`,
   ///        each as "field: config.json has X, the compiled config has Y".
+  /// \tparam C a compile-time config (see ConfigDefaults)
   template <class C>
   std::vector<std::string> mismatches() const {
     const ModelArgs want = of<C>();
@@ -223,6 +228,7 @@ struct ModelArgs {
   }
 
   /// \brief Throws an Error listing every shape field that differs from config `C`.
+  /// \tparam C a compile-time config (see ConfigDefaults)
   template <class C>
   void check_matches(const std::string& source = "config.json") const {
     const auto diffs = mismatches<C>();
@@ -348,6 +354,7 @@ constexpr ParamCounts count_params(const ModelArgs& a) {
 }
 
 /// \brief Parameter counts of compile-time config `C`, as a constant expression.
+/// \tparam C a compile-time config
 template <class C>
 inline constexpr ParamCounts param_counts = count_params(ModelArgs::of<C>());
 

@@ -38,44 +38,54 @@ enum class ScaleFmt {
 /// \brief Expert scoring function of the MoE gate.
 enum class ScoreFunc { softmax, sigmoid };
 
+/// \brief The reference's spelling of a WeightDType: "bf16" or "fp8".
 constexpr std::string_view to_string(WeightDType d) noexcept { return d == WeightDType::fp8 ? "fp8" : "bf16"; }
+/// \brief "ue8m0" or "none" (the reference's config JSON writes none as null).
 constexpr std::string_view to_string(ScaleFmt s) noexcept { return s == ScaleFmt::ue8m0 ? "ue8m0" : "none"; }
+/// \brief The reference's spelling of a ScoreFunc: "softmax" or "sigmoid".
 constexpr std::string_view to_string(ScoreFunc s) noexcept { return s == ScoreFunc::sigmoid ? "sigmoid" : "softmax"; }
 
 /// \brief FP8 block size: weights carry one scale per 128x128 block, activations one per 1x128.
 inline constexpr std::int64_t kBlockSize = 128;
 
 /// \brief The defaults of the reference's `ModelArgs` (shape fields), plus dsv32's two extensions.
+///
+/// Field names are the reference's (inference/model.py `ModelArgs`, also the keys of its config
+/// JSON); where Hugging Face's config.json spells a field differently, the brief says so ("HF").
+/// ConfigDefaults itself is not a valid config (q_lora_rank is 0): derive from it and override.
 struct ConfigDefaults {
-  static constexpr std::string_view name = "custom";
-  static constexpr std::int64_t vocab_size = 102400;
-  static constexpr std::int64_t dim = 2048;
-  static constexpr std::int64_t inter_dim = 10944;
-  static constexpr std::int64_t moe_inter_dim = 1408;
-  static constexpr std::int64_t n_layers = 27;
-  static constexpr std::int64_t n_dense_layers = 1;
-  static constexpr std::int64_t n_heads = 16;
-  static constexpr std::int64_t n_routed_experts = 64;
-  static constexpr std::int64_t n_shared_experts = 2;
-  static constexpr std::int64_t n_activated_experts = 6;
-  static constexpr std::int64_t n_expert_groups = 1;
-  static constexpr std::int64_t n_limited_groups = 1;
-  static constexpr ScoreFunc score_func = ScoreFunc::softmax;
-  static constexpr double route_scale = 1.0;
-  static constexpr std::int64_t q_lora_rank = 0;
-  static constexpr std::int64_t kv_lora_rank = 512;
-  static constexpr std::int64_t qk_nope_head_dim = 128;
-  static constexpr std::int64_t qk_rope_head_dim = 64;
-  static constexpr std::int64_t v_head_dim = 128;
-  static constexpr std::int64_t index_n_heads = 64;
-  static constexpr std::int64_t index_head_dim = 128;
-  static constexpr std::int64_t index_topk = 2048;
-  static constexpr WeightDType dtype = WeightDType::bf16;
-  static constexpr ScaleFmt scale_fmt = ScaleFmt::none;
-  /// Whether the MoE gate has a per-expert f32 correction bias. Unset means the reference's rule:
-  /// a bias exactly when dim == 7168.
+  static constexpr std::string_view name = "custom";        ///< ConfigList::by_name's key; quoted in messages
+  static constexpr std::int64_t vocab_size = 102400;        ///< token ids: rows of the embedding and the head
+  static constexpr std::int64_t dim = 2048;                 ///< residual stream width (HF `hidden_size`)
+  static constexpr std::int64_t inter_dim = 10944;          ///< dense MLP hidden width (HF `intermediate_size`)
+  static constexpr std::int64_t moe_inter_dim = 1408;       ///< expert hidden width (HF `moe_intermediate_size`)
+  static constexpr std::int64_t n_layers = 27;              ///< blocks, MTP not counted (HF `num_hidden_layers`)
+  static constexpr std::int64_t n_dense_layers = 1;         ///< leading dense-MLP blocks (HF `first_k_dense_replace`)
+  static constexpr std::int64_t n_heads = 16;               ///< MLA attention heads (HF `num_attention_heads`)
+  static constexpr std::int64_t n_routed_experts = 64;      ///< routed experts per MoE layer, split over ranks
+  static constexpr std::int64_t n_shared_experts = 2;       ///< run for every token, as one MLP n x moe_inter_dim wide
+  static constexpr std::int64_t n_activated_experts = 6;    ///< routed experts per token (HF `num_experts_per_tok`)
+  static constexpr std::int64_t n_expert_groups = 1;        ///< routing groups of experts (HF `n_group`)
+  static constexpr std::int64_t n_limited_groups = 1;       ///< groups a token's experts come from (HF `topk_group`)
+  static constexpr ScoreFunc score_func = ScoreFunc::softmax;  ///< gate logits to scores (HF `scoring_func`)
+  static constexpr double route_scale = 1.0;                ///< routed weights' factor (HF `routed_scaling_factor`)
+  static constexpr std::int64_t q_lora_rank = 0;            ///< rank of the q latent (MLA, indexer); must be > 0
+  static constexpr std::int64_t kv_lora_rank = 512;         ///< rank of the cached key/value latent (C in the kernels)
+  static constexpr std::int64_t qk_nope_head_dim = 128;     ///< per-head query/key dims without RoPE
+  static constexpr std::int64_t qk_rope_head_dim = 64;      ///< per-head query/key dims with RoPE (even)
+  static constexpr std::int64_t v_head_dim = 128;           ///< per-head value dims
+  static constexpr std::int64_t index_n_heads = 64;         ///< lightning indexer heads
+  static constexpr std::int64_t index_head_dim = 128;       ///< indexer head dims, RoPE on the first qk_rope_head_dim
+  static constexpr std::int64_t index_topk = 2048;          ///< cached positions each query attends to
+  static constexpr WeightDType dtype = WeightDType::bf16;   ///< linear weights: bf16, or E4M3 + 128x128 block scales
+  static constexpr ScaleFmt scale_fmt = ScaleFmt::none;     ///< FP8 activation scales (HF quantization_config's)
+
+  // dsv32's extensions, which the reference decides by other means
+  /// \brief Whether the MoE gate has a per-expert f32 correction bias (HF: `topk_method` "noaux_tc").
+  ///        Unset means the reference's rule: a bias exactly when dim == 7168.
   static constexpr std::optional<bool> gate_bias = std::nullopt;
-  /// Indexer RoPE on interleaved pairs (as first published) instead of (i, i + d/2) pairs (the fix).
+  /// \brief Indexer RoPE on interleaved pairs (as first published) instead of (i, i + d/2) pairs (the
+  ///        upstream fix).
   static constexpr bool indexer_rope_interleaved = false;
 };
 
@@ -83,11 +93,12 @@ struct ConfigDefaults {
 /// \tparam C a config struct
 template <class C>
 struct ConfigTraits {
+  /// \brief gate_bias with the reference's rule (dim == 7168) applied when unset.
   static constexpr bool has_gate_bias = C::gate_bias.has_value() ? *C::gate_bias : C::dim == 7168;
-  static constexpr bool fp8 = C::dtype == WeightDType::fp8;
-  static constexpr std::int64_t qk_head_dim = C::qk_nope_head_dim + C::qk_rope_head_dim;
-  static constexpr std::int64_t experts_per_group = C::n_routed_experts / C::n_expert_groups;
-  static constexpr std::int64_t n_moe_layers = C::n_layers - C::n_dense_layers;
+  static constexpr bool fp8 = C::dtype == WeightDType::fp8;  ///< weights are E4M3 with block scales
+  static constexpr std::int64_t qk_head_dim = C::qk_nope_head_dim + C::qk_rope_head_dim;  ///< query/key dims per head
+  static constexpr std::int64_t experts_per_group = C::n_routed_experts / C::n_expert_groups;  ///< experts per group
+  static constexpr std::int64_t n_moe_layers = C::n_layers - C::n_dense_layers;  ///< blocks with an MoE
 };
 
 namespace detail {
@@ -145,7 +156,7 @@ struct ConfigCheck {
                 "config: dtype fp8 needs inter_dim to be a multiple of 128");
   static_assert(detail::fp8_ok(ConfigTraits<C>::fp8, C::moe_inter_dim),
                 "config: dtype fp8 needs moe_inter_dim to be a multiple of 128");
-  static constexpr bool value = true;
+  static constexpr bool value = true;  ///< true; reached only when every static_assert above holds
 };
 
 /// \brief True for a config that satisfies every invariant; a config that does not, fails to compile

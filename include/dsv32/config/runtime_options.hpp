@@ -17,14 +17,14 @@ namespace dsv32 {
 ///        sized by max_batch_size x max_seq_len; YaRN (and the mscale softmax correction) is on
 ///        when max_seq_len > original_seq_len.
 struct RuntimeOptions {
-  std::int64_t max_batch_size = 8;
-  std::int64_t max_seq_len = 16384;
-  std::int64_t original_seq_len = 4096;
-  double rope_theta = 10000.0;
-  double rope_factor = 40.0;
-  std::int64_t beta_fast = 32;
-  std::int64_t beta_slow = 1;
-  double mscale = 1.0;
+  std::int64_t max_batch_size = 8;      ///< sequences per forward call; the caches hold this many
+  std::int64_t max_seq_len = 16384;     ///< positions per sequence the caches and RoPE tables hold
+  std::int64_t original_seq_len = 4096; ///< pre-training context YaRN extends (HF `original_max_position_embeddings`)
+  double rope_theta = 10000.0;          ///< RoPE base: pair i turns at theta^(-2i/rope_dim) radians per position
+  double rope_factor = 40.0;            ///< YaRN: slow pairs' frequencies are divided by it (HF `rope_scaling.factor`)
+  std::int64_t beta_fast = 32;          ///< YaRN: pairs turning more often than this over original_seq_len keep theirs
+  std::int64_t beta_slow = 1;           ///< YaRN: pairs turning less often than this are fully divided by rope_factor
+  double mscale = 1.0;                  ///< YaRN softmax correction (HF `mscale_all_dim`); see mla_softmax_scale()
 
   /// \brief Whether YaRN frequency correction and the mscale softmax correction apply.
   bool yarn() const noexcept { return max_seq_len > original_seq_len; }
