@@ -3,7 +3,7 @@
 ///
 /// A backend is an empty tag type (CUTLASS style). Layer templates take it as a parameter and
 /// reach memory only through Memory<Backend> and computation only through Kernels<Backend>
-/// (declared here, specialized in backend/<name>/), so a new backend plugs in without touching
+/// (declared here, specialized in `backend/<name>/`), so a new backend plugs in without touching
 /// the layers. An unspecialized backend fails at compile time with a message that says so.
 #pragma once
 
@@ -18,13 +18,13 @@ namespace dsv32 {
 
 /// \brief The CPU backend: host memory, Eigen and OpenMP.
 struct Cpu {
-  static constexpr const char* name = "cpu";
+  static constexpr const char* name = "cpu";  ///< the backend's name in messages and tool output
 };
 
 /// \brief The CUDA backend tag (cuBLASLt plus dsv32's kernels). Reserved: this release specializes
 ///        Memory and Kernels for Cpu only, so Transformer<C, Cuda> does not compile yet.
 struct Cuda {
-  static constexpr const char* name = "cuda";
+  static constexpr const char* name = "cuda";  ///< the backend's name in messages and tool output
 };
 
 namespace detail {

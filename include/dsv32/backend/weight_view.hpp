@@ -16,8 +16,8 @@ namespace dsv32 {
 struct WeightView {
   DType dtype = DType::BF16;     ///< BF16, F32 or F8_E4M3
   const void* data = nullptr;    ///< [out, in]
-  std::int64_t out = 0;
-  std::int64_t in = 0;
+  std::int64_t out = 0;          ///< rows: output features
+  std::int64_t in = 0;           ///< columns: input features
   const float* scale = nullptr;  ///< F8_E4M3 only: [ceil(out / 128), ceil(in / 128)] block scales
 
   /// \brief Columns of the scale matrix.

@@ -46,6 +46,8 @@ inline const char* to_string(ErrorKind k) noexcept {
 /// `what()` reads `dsv32 [kind]: message`.
 class Error : public std::runtime_error {
  public:
+  /// \brief An error of category `kind`; `message` should say what was expected, what was found and
+  ///        which tensor, field or file.
   Error(ErrorKind kind, const std::string& message)
       : std::runtime_error("dsv32 [" + std::string(to_string(kind)) + "]: " + message), kind_(kind) {}
 

@@ -35,7 +35,7 @@ inline void widen_bf16(const bf16* src, float* dst, std::size_t n) noexcept {
 /// \brief One FP8 E4M3FN value stored as its bit pattern: 1 sign, 4 exponent (bias 7), 3 mantissa
 ///        bits; no infinities; 0x7F/0xFF are NaN; the largest finite magnitude is 448.
 struct e4m3 {
-  std::uint8_t bits = 0;
+  std::uint8_t bits = 0;  ///< the raw code; 0 is +0
 };
 static_assert(sizeof(e4m3) == 1, "e4m3 must be one byte");
 

@@ -37,8 +37,8 @@ class Communicator {
 
 /// \brief This rank's place in the model-parallel group.
 struct Parallel {
-  int world_size = 1;
-  int rank = 0;
+  int world_size = 1;  ///< ranks in the group; each holds 1 / world_size of the sharded weights
+  int rank = 0;        ///< this rank, in [0, world_size)
   Communicator* comm = nullptr;  ///< required when world_size > 1
 
   /// \brief A Parallel for a communicator's group.

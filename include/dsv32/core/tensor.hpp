@@ -30,7 +30,7 @@ namespace dsv32 {
 /// \brief A tensor shape of rank 0 to 4.
 class Shape {
  public:
-  static constexpr int kMaxRank = 4;
+  static constexpr int kMaxRank = 4;  ///< the largest rank a Shape holds ([batch, seq, heads, head_dim])
 
   constexpr Shape() = default;
   /// \brief A shape from up to four dimensions: `Shape{rows, cols}`.
@@ -38,8 +38,11 @@ class Shape {
     requires(sizeof...(Dims) <= kMaxRank && (std::is_integral_v<Dims> && ...))
   constexpr Shape(Dims... dims) noexcept : dims_{static_cast<std::int64_t>(dims)...}, rank_(sizeof...(Dims)) {}
 
+  /// \brief Number of dimensions, 0 to kMaxRank; a default Shape has rank 0 (a scalar).
   constexpr int rank() const noexcept { return rank_; }
+  /// \brief Dimension `i`, for `i` in [0, rank()) (unchecked).
   constexpr std::int64_t operator[](int i) const noexcept { return dims_[i]; }
+  /// \brief Dimension `i`, writable, for `i` in [0, rank()) (unchecked).
   constexpr std::int64_t& operator[](int i) noexcept { return dims_[i]; }
   /// \brief Number of elements (1 for rank 0).
   constexpr std::int64_t numel() const noexcept {
@@ -52,6 +55,7 @@ class Shape {
   /// \brief Product of all dimensions but the last.
   constexpr std::int64_t rows() const noexcept { return cols() ? numel() / cols() : 0; }
 
+  /// \brief Same rank and same dimensions.
   friend constexpr bool operator==(const Shape& a, const Shape& b) noexcept {
     if (a.rank_ != b.rank_) return false;
     for (int i = 0; i < a.rank_; ++i)
@@ -75,13 +79,18 @@ class Shape {
 };
 
 /// \brief A non-owning row-major matrix view: `rows` rows of `cols` elements, `stride` apart.
+///
+/// The memory belongs to whoever made the view (usually a Tensor) and must outlive it; a view
+/// into a backend's memory is only dereferenced by that backend's kernels.
+/// \tparam T element type; `const T` for a read-only view
 template <class T>
 struct MatrixView {
-  T* data = nullptr;
-  std::int64_t rows = 0;
-  std::int64_t cols = 0;
-  std::int64_t stride = 0;  ///< elements between the starts of consecutive rows
+  T* data = nullptr;        ///< first element of row 0
+  std::int64_t rows = 0;    ///< number of rows
+  std::int64_t cols = 0;    ///< elements per row
+  std::int64_t stride = 0;  ///< elements between the starts of consecutive rows (>= cols)
 
+  /// \brief Pointer to the first element of row `r` (unchecked).
   T* row(std::int64_t r) const noexcept { return data + r * stride; }
   /// \brief Rows [first, first + count).
   MatrixView middle_rows(std::int64_t first, std::int64_t count) const noexcept {
@@ -91,6 +100,7 @@ struct MatrixView {
   MatrixView middle_cols(std::int64_t first, std::int64_t count) const noexcept {
     return {data + first, rows, count, stride};
   }
+  /// \brief The same view, read-only.
   operator MatrixView<const T>() const noexcept { return {data, rows, cols, stride}; }
 };
 
@@ -107,7 +117,9 @@ class Buffer {
   explicit Buffer(std::size_t n) { reset(n); }
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
+  /// \brief Takes over `o`'s memory (owned or borrowed); `o` is left empty.
   Buffer(Buffer&& o) noexcept { swap(o); }
+  /// \brief Releases this buffer's memory, then takes over `o`'s; `o` is left empty.
   Buffer& operator=(Buffer&& o) noexcept {
     Buffer tmp(std::move(o));
     swap(tmp);
@@ -141,10 +153,15 @@ class Buffer {
     size_ = n;
   }
 
+  /// \brief The first element, in the backend's memory; null when empty.
   T* data() noexcept { return data_; }
+  /// \copydoc data()
   const T* data() const noexcept { return data_; }
+  /// \brief Number of elements.
   std::size_t size() const noexcept { return size_; }
+  /// \brief size() * sizeof(T).
   std::size_t bytes() const noexcept { return size_ * sizeof(T); }
+  /// \brief Whether the buffer holds no elements.
   bool empty() const noexcept { return size_ == 0; }
   /// \brief Whether this buffer borrows memory it does not own.
   bool borrowed() const noexcept { return owner_ != nullptr; }
@@ -189,15 +206,23 @@ class Tensor {
     shape_ = shape;
   }
 
+  /// \brief The shape; a default tensor's is [0].
   const Shape& shape() const noexcept { return shape_; }
+  /// \brief Dimension `i` of the shape (unchecked).
   std::int64_t dim(int i) const noexcept { return shape_[i]; }
+  /// \brief Number of elements.
   std::int64_t numel() const noexcept { return shape_.numel(); }
+  /// \brief The first element, in the backend's memory; null when the tensor is empty.
   T* data() noexcept { return buffer_.data(); }
+  /// \copydoc data()
   const T* data() const noexcept { return buffer_.data(); }
+  /// \brief numel() * sizeof(T).
   std::size_t bytes() const noexcept { return buffer_.bytes(); }
 
-  /// \brief The tensor as a matrix: [product of leading dims, last dim].
+  /// \brief The tensor as a matrix: [product of leading dims, last dim]. Valid until the next
+  ///        resize() or the tensor's destruction.
   MatrixView<T> mat() noexcept { return {data(), shape_.rows(), shape_.cols(), shape_.cols()}; }
+  /// \copydoc mat()
   MatrixView<const T> mat() const noexcept { return {data(), shape_.rows(), shape_.cols(), shape_.cols()}; }
 
  private:

@@ -28,9 +28,13 @@ namespace dsv32::cpu {
 /// \param q_codes   [S, H, D] E4M3 codes
 /// \param q_weight  [S, H] f32: w_h * q_scale[s,h] * D^-0.5 (D == 128), or w_h * D^-0.5 (D > 128)
 /// \param q_scale   [S, H, D / 128] f32 (read only when D > 128)
+/// \param S         queries
+/// \param H         indexer heads
+/// \param D         indexer head dim, a multiple of 128
 /// \param k_codes   [T, D] E4M3 codes of the cache
 /// \param k_scale   [T, D / 128] f32
-/// \param visible   [S] keys each query may see (causal prefix length)
+/// \param T         cached keys; also the row stride of `scores`
+/// \param visible   [S] keys each query may see (causal prefix length), each <= T
 /// \param scores    [S, T] f32 output; entries at t >= visible[s] are left unspecified
 inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t S,
                          std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
@@ -75,8 +79,12 @@ inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, con
 }
 
 /// \brief The positions of the `k` largest scores among scores[0, n), highest first (ties: lower
-///        position first). Returns how many were written: min(k, n).
-/// \param out [min(k, n)] positions
+///        position first).
+/// \param scores [n] f32
+/// \param n      candidates
+/// \param k      positions wanted
+/// \param out    [min(k, n)] positions
+/// \return how many positions were written: min(k, n)
 inline std::int64_t top_k(const float* scores, std::int64_t n, std::int64_t k, std::int32_t* out) {
   const std::int64_t m = std::min(k, n);
   std::vector<std::int32_t> idx(static_cast<std::size_t>(n));
@@ -111,7 +119,15 @@ inline void softmax_to_bf16(float* p, std::int64_t n) {
 /// \param q        [S, H, nope + rope] bf16 (q_pe already rotated)
 /// \param kv       [T, H, nope + v] bf16: wkv_b applied to the cached latents
 /// \param k_pe     [T, rope] bf16 rotated key positional parts (the pe cache)
+/// \param S        queries
+/// \param H        attention heads (this rank's)
+/// \param nope     qk_nope_head_dim
+/// \param rope     qk_rope_head_dim
+/// \param v        v_head_dim
 /// \param selected [S, k_max] positions; count[s] of them valid for query s
+/// \param count    [S] selected positions per query, each in [1, k_max]
+/// \param k_max    row stride of `selected` (index_topk)
+/// \param scale    softmax scale (mla_softmax_scale())
 /// \param out      [S, H, v] bf16
 inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, std::int64_t S, std::int64_t H,
                              std::int64_t nope, std::int64_t rope, std::int64_t v, const std::int32_t* selected,
@@ -150,9 +166,15 @@ inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, st
 /// rounded to bf16; out[h] = bf16(sum_t p_t kv[t]).
 /// \param q_lat    [H, C] bf16: q_nope projected through wkv_b's key rows
 /// \param q_pe     [H, rope] bf16, heads `q_pe_stride` elements apart
+/// \param q_pe_stride elements between consecutive heads of `q_pe` (its rows may be wider than rope)
 /// \param kv_cache [T, C] bf16 latent cache of this sequence
 /// \param pe_cache [T, rope] bf16
+/// \param H        attention heads (this rank's)
+/// \param C        kv_lora_rank
+/// \param rope     qk_rope_head_dim
 /// \param selected [n] positions
+/// \param n        selected positions, >= 1
+/// \param scale    softmax scale (mla_softmax_scale())
 /// \param out      [H, C] bf16 latent attention output
 inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q_pe_stride, const bf16* kv_cache,
                              const bf16* pe_cache, std::int64_t H, std::int64_t C, std::int64_t rope,
@@ -185,8 +207,20 @@ namespace dsv32::cpu {
 
 /// \brief The lightning indexer's selection for one sequence: index scores of its S queries against
 ///        its cached keys, then the top min(k, visible) positions of each query.
-/// \param selected [S, k] positions, highest score first
-/// \param count    [S] how many positions each query selected
+///
+/// Query s sits at position start_pos + s and sees the keys [0, start_pos + s] (causal).
+/// \param q_codes  [S, H, D] E4M3 codes of the queries
+/// \param q_weight [S, H] f32 head weights (see index_scores())
+/// \param q_scale  [S, H, D / 128] f32 query scales
+/// \param S        queries of this call
+/// \param H        indexer heads
+/// \param D        indexer head dim, a multiple of 128
+/// \param k_codes  [start_pos + S, D] E4M3 key cache of this sequence, this call's keys included
+/// \param k_scale  [start_pos + S, D / 128] f32 key scales
+/// \param start_pos position of the first query
+/// \param k        positions per query (index_topk); the row stride of `selected`
+/// \param selected [S, k] positions, highest score first; count[s] of them valid
+/// \param count    [S] how many positions each query selected: min(k, start_pos + s + 1)
 inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t S,
                          std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
                          std::int64_t start_pos, std::int64_t k, std::int32_t* selected, std::int64_t* count) {
@@ -201,6 +235,11 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
 /// \brief Projects q_nope into the latent space through wkv_b's key rows (the absorbed decode form):
 ///        q_lat[t, h] = bf16(sum_d q_nope[t, h, d] * W[h (nope + v) + d, :]).
 /// \param q      [T, H, nope + rope] bf16 (q_nope is the first `nope` of each head)
+/// \param T      tokens
+/// \param H      attention heads (this rank's)
+/// \param nope   qk_nope_head_dim
+/// \param rope   qk_rope_head_dim (only to step over q_pe)
+/// \param v      v_head_dim (only to step over wkv_b's value rows)
 /// \param wkv_b  [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use)
 /// \param q_lat  [T, H, C] bf16
 inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
@@ -221,6 +260,11 @@ inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int
 /// \brief Maps latent attention outputs to values through wkv_b's value rows:
 ///        out[t, h] = bf16(sum_c o_lat[t, h, c] * W[h (nope + v) + nope + d, c]).
 /// \param o_lat [T, H, C] bf16
+/// \param T     tokens
+/// \param H     attention heads (this rank's)
+/// \param nope  qk_nope_head_dim (only to step over wkv_b's key rows)
+/// \param v     v_head_dim
+/// \param wkv_b [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use)
 /// \param out   [T, H, v] bf16
 inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t v,
                            const WeightView& wkv_b, bf16* out) {

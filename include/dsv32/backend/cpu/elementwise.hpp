@@ -16,9 +16,11 @@ namespace dsv32::cpu {
 
 /// \brief Embedding rows of the tokens in [first_id, first_id + table.rows); other tokens get zero rows
 ///        (the vocabulary-split embedding of a model-parallel rank; the all-reduce sums the parts).
-/// \param tokens [n] token ids
-/// \param table  [part_vocab, dim] bf16
-/// \param out    [n, dim] bf16
+/// \param tokens   [n] token ids
+/// \param n        tokens
+/// \param table    [part_vocab, dim] bf16: this rank's slice of the vocabulary
+/// \param first_id token id of the table's row 0
+/// \param out      [n, dim] bf16
 inline void embedding(const std::int32_t* tokens, std::int64_t n, MatrixView<const bf16> table, std::int64_t first_id,
                       MatrixView<bf16> out) {
   for (std::int64_t i = 0; i < n; ++i) {
@@ -42,9 +44,10 @@ inline float inverse_rms(const float* s, std::int64_t n, float eps) {
 }  // namespace detail
 
 /// \brief y = bf16(w * (x * rsqrt(mean(x^2) + eps))), in f32.
-/// \param x [rows, dim] bf16
-/// \param w [dim] f32
-/// \param y [rows, dim] bf16 (may alias x)
+/// \param x   [rows, dim] bf16
+/// \param w   [dim] f32
+/// \param eps added to the mean square (1e-6 in the model)
+/// \param y   [rows, dim] bf16 (may alias x)
 inline void rms_norm(MatrixView<const bf16> x, const float* w, float eps, MatrixView<bf16> y) {
   parallel_for(x.rows, x.cols, [&](std::int64_t r) {
     std::vector<float> s(static_cast<std::size_t>(x.cols));
@@ -59,6 +62,7 @@ inline void rms_norm(MatrixView<const bf16> x, const float* w, float eps, Matrix
 /// \param x        [rows, dim] bf16
 /// \param residual [rows, dim] bf16, updated in place
 /// \param w        [dim] f32
+/// \param eps      added to the mean square (1e-6 in the model)
 /// \param y        [rows, dim] bf16 (may alias x)
 inline void rms_norm_residual(MatrixView<const bf16> x, MatrixView<bf16> residual, const float* w, float eps,
                               MatrixView<bf16> y) {
@@ -73,10 +77,11 @@ inline void rms_norm_residual(MatrixView<const bf16> x, MatrixView<bf16> residua
 }
 
 /// \brief y = bf16((x - mean) * rsqrt(var + eps) * w + b) with the biased variance, in f32.
-/// \param x [rows, dim] bf16
-/// \param w [dim] f32
-/// \param b [dim] f32
-/// \param y [rows, dim] bf16 (may alias x)
+/// \param x   [rows, dim] bf16
+/// \param w   [dim] f32
+/// \param b   [dim] f32
+/// \param eps added to the variance (1e-6 in the model)
+/// \param y   [rows, dim] bf16 (may alias x)
 inline void layer_norm(MatrixView<const bf16> x, const float* w, const float* b, float eps, MatrixView<bf16> y) {
   parallel_for(x.rows, x.cols, [&](std::int64_t r) {
     std::vector<float> s(static_cast<std::size_t>(x.cols));

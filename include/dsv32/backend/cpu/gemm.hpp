@@ -25,6 +25,7 @@ namespace dsv32 {
 
 namespace cpu {
 
+/// \brief The kernels' f32 work matrix: dynamic size, row-major like dsv32's tensors.
 using RowMatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 /// \brief Per-thread f32 scratch, grown on demand and reused.
@@ -37,7 +38,11 @@ inline float* thread_scratch(std::size_t slot, std::size_t n) {
 
 /// \brief Rows [r0, r0 + n) of a weight as f32: exact for BF16 and F32; for F8_E4M3 the reference's
 ///        dequantization bf16(e4m3 * block scale).
-/// \param out [n, w.in]
+/// \param w   the weight ([out, in])
+/// \param r0  first row
+/// \param n   rows, with r0 + n <= w.out
+/// \param out [n, w.in] f32
+/// \throws Error(unsupported) for a dtype other than BF16, F32 or F8_E4M3
 inline void weight_rows_f32(const WeightView& w, std::int64_t r0, std::int64_t n, float* out) {
   const std::int64_t K = w.in;
   switch (w.dtype) {

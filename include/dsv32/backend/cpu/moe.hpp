@@ -16,11 +16,11 @@ namespace dsv32::cpu {
 
 /// \brief Parameters of the gate's routing decision.
 struct RoutingParams {
-  ScoreFunc score_func = ScoreFunc::sigmoid;
-  std::int64_t n_groups = 1;        ///< n_expert_groups
-  std::int64_t n_limited_groups = 1;
-  std::int64_t top_k = 1;           ///< n_activated_experts
-  float route_scale = 1.0f;
+  ScoreFunc score_func = ScoreFunc::sigmoid;  ///< score_func
+  std::int64_t n_groups = 1;                  ///< n_expert_groups; must divide the number of experts
+  std::int64_t n_limited_groups = 1;          ///< n_limited_groups: groups kept per token
+  std::int64_t top_k = 1;                     ///< n_activated_experts
+  float route_scale = 1.0f;                   ///< route_scale, applied to the final weights
 };
 
 /// \brief Routes each token to its experts, as the reference's Gate does.
@@ -32,6 +32,7 @@ struct RoutingParams {
 /// route_scale.
 /// \param logits  [T, E] f32 gate logits (x W^T)
 /// \param bias    [E] f32, or nullptr
+/// \param p       the config's routing fields
 /// \param weights [T, top_k] f32 output
 /// \param experts [T, top_k] expert ids, in decreasing biased score
 inline void route(MatrixView<const float> logits, const float* bias, const RoutingParams& p, MatrixView<float> weights,
@@ -92,7 +93,8 @@ inline void route(MatrixView<const float> logits, const float* bias, const Routi
 
 /// \brief out[i] = x[rows[i]].
 /// \param x    [T, dim] bf16
-/// \param rows [n]
+/// \param rows [n] row indices into x
+/// \param n    rows to gather
 /// \param out  [n, dim] bf16
 inline void gather_rows(MatrixView<const bf16> x, const std::int32_t* rows, std::int64_t n, MatrixView<bf16> out) {
   for (std::int64_t i = 0; i < n; ++i) std::copy(x.row(rows[i]), x.row(rows[i]) + x.cols, out.row(i));
@@ -124,7 +126,9 @@ inline void round_to_bf16(MatrixView<const float> x, MatrixView<bf16> out) {
     for (std::int64_t c = 0; c < x.cols; ++c) out.row(r)[c] = bf16(x.row(r)[c]);
 }
 
-/// \brief out = f32(x).
+/// \brief out = f32(x) (exact).
+/// \param x   [rows, n] bf16
+/// \param out [rows, n] f32
 inline void widen_to_f32(MatrixView<const bf16> x, MatrixView<float> out) {
   for (std::int64_t r = 0; r < x.rows; ++r)
     for (std::int64_t c = 0; c < x.cols; ++c) out.row(r)[c] = static_cast<float>(x.row(r)[c]);

@@ -14,7 +14,16 @@ namespace dsv32::cpu {
 /// Token row t sits at position start_pos + t % seq_len (rows are [batch, seq] flattened). Its
 /// head h holds `rope_dim` values at `data + t * token_stride + h * head_stride`. Interleaved
 /// layout pairs (2i, 2i+1); the half-split layout pairs (i, i + rope_dim/2).
-/// \param cos, sin [max_seq_len, rope_dim / 2] f32 tables
+/// \param data         bf16, rotated in place
+/// \param tokens       token rows (batch * seq)
+/// \param token_stride elements between consecutive tokens
+/// \param heads        heads per token
+/// \param head_stride  elements between consecutive heads of a token
+/// \param rope_dim     rotated values per head (even)
+/// \param seq_len      tokens per sequence of this call
+/// \param start_pos    position of each sequence's first token
+/// \param cos, sin     [max_seq_len, rope_dim / 2] f32 tables (RopeTable)
+/// \param interleaved  pairs (2i, 2i+1) instead of (i, i + rope_dim/2)
 inline void rope(bf16* data, std::int64_t tokens, std::int64_t token_stride, std::int64_t heads,
                  std::int64_t head_stride, std::int64_t rope_dim, std::int64_t seq_len, std::int64_t start_pos,
                  const float* cos, const float* sin, bool interleaved) {
