@@ -28,12 +28,17 @@ class Block {
  public:
   /// \brief Per-call temporaries shared by all blocks.
   struct Scratch {
-    Tensor<bf16, Backend> x, attn;
-    typename MLA<Config, Backend>::Scratch mla;
-    typename MLP<Backend>::Scratch mlp;
-    typename MoE<Config, Backend>::Scratch moe;
+    Tensor<bf16, Backend> x;                      ///< [T, dim] normalized input of the attention, then of the FFN
+    Tensor<bf16, Backend> attn;                   ///< [T, dim] attention output
+    typename MLA<Config, Backend>::Scratch mla;   ///< the attention's temporaries
+    typename MLP<Backend>::Scratch mlp;           ///< the dense MLP's temporaries
+    typename MoE<Config, Backend>::Scratch moe;   ///< the MoE's temporaries
   };
 
+  /// \brief Declares the block's parameters (nothing is allocated until loading).
+  /// \param layer_id block index; blocks below n_dense_layers get a dense MLP, the others an MoE
+  /// \param o        runtime options (the attention's softmax scale depends on YaRN)
+  /// \param par      this rank's place: heads, inter_dim and experts are split over the ranks
   Block(int layer_id, const RuntimeOptions& o, const Parallel& par)
       : layer_id_(layer_id), attn_norm_(Config::dim), attn_(o, par), ffn_norm_(Config::dim) {
     if (layer_id < Config::n_dense_layers)
@@ -42,9 +47,13 @@ class Block {
       moe_.emplace(par);
   }
 
+  /// \brief Runs the block; sets `ctx.layer` to this block's index for the layers below.
+  /// \param ctx      the call
   /// \param h        [T, dim] block input, replaced by the block's FFN output
   /// \param residual [T, dim] residual stream (set from h by the first block)
   /// \param first    whether this is the first block (no residual yet)
+  /// \param rope     the model's RoPE table
+  /// \param s        scratch shared by all blocks
   void forward(ForwardContext& ctx, MatrixView<bf16> h, MatrixView<bf16> residual, bool first,
                const RopeTable<Backend>& rope, Scratch& s) {
     ctx.layer = layer_id_;
@@ -66,6 +75,9 @@ class Block {
     if (ctx.observer) ctx.observer->on_block(layer_id_, h, residual);
   }
 
+  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
+  ///        checkpoint name (`attn.*`, `ffn.*`, `attn_norm.weight`, `ffn_norm.weight`).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) {
     attn_.visit(prefix + "attn.", f);
@@ -75,7 +87,9 @@ class Block {
     ffn_norm_.visit(prefix + "ffn_norm.", f);
   }
 
+  /// \brief Whether the FFN is an MoE (layer_id >= n_dense_layers).
   bool is_moe() const noexcept { return moe_.has_value(); }
+  /// \brief Allocates the attention's zero-filled caches for the runtime limits.
   void allocate_caches(const RuntimeOptions& o) { attn_.allocate_caches(o); }
 
  private:

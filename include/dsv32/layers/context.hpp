@@ -28,13 +28,16 @@ class ForwardObserver {
   virtual void on_indexer_topk(int layer, std::int64_t b, std::int64_t s, std::span<const std::int32_t> positions) {
     (void)layer, (void)b, (void)s, (void)positions;
   }
-  /// \brief Attention output of a layer (after wo and its reduction). \param out [batch * seq, dim]
+  /// \brief Attention output of a layer (after wo and its reduction).
+  /// \param layer block index \param out [batch * seq, dim]
   virtual void on_attention(int layer, MatrixView<const bf16> out) { (void)layer, (void)out; }
-  /// \brief The MoE gate's routing. \param weights [batch * seq, k] \param experts [batch * seq, k]
+  /// \brief The MoE gate's routing (MoE layers only).
+  /// \param layer block index \param weights [batch * seq, k] f32 \param experts [batch * seq, k] ids
   virtual void on_gate(int layer, MatrixView<const float> weights, MatrixView<const std::int32_t> experts) {
     (void)layer, (void)weights, (void)experts;
   }
-  /// \brief A block's outputs: the FFN output and the residual stream. \param x, residual [batch * seq, dim]
+  /// \brief A block's outputs: the FFN output and the residual stream.
+  /// \param layer block index \param x, residual [batch * seq, dim]
   virtual void on_block(int layer, MatrixView<const bf16> x, MatrixView<const bf16> residual) {
     (void)layer, (void)x, (void)residual;
   }
@@ -46,10 +49,12 @@ struct ForwardContext {
   std::int64_t seq = 1;        ///< tokens per sequence in the call
   std::int64_t start_pos = 0;  ///< position of the call's first token
   int layer = 0;               ///< index of the block running
-  Parallel parallel;
-  ForwardObserver* observer = nullptr;
+  Parallel parallel;           ///< the model's rank and communicator, for the layers' reductions
+  ForwardObserver* observer = nullptr;  ///< not owned; null when nobody watches
 
+  /// \brief Rows of the call's activations: batch * seq.
   std::int64_t tokens() const noexcept { return batch * seq; }
+  /// \brief One past the last position of the call: start_pos + seq.
   std::int64_t end_pos() const noexcept { return start_pos + seq; }
   /// The reference takes its prefill path (keys and values from wkv_b) for calls of more than one token.
   bool prefill() const noexcept { return seq > 1; }

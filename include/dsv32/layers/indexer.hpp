@@ -42,9 +42,12 @@ class Indexer {
  public:
   /// \brief Per-call temporaries, shared by all layers.
   struct Scratch {
-    Tensor<bf16, Backend> q, k, w;
-    Tensor<std::uint8_t, Backend> q_codes;
-    Tensor<float, Backend> q_scale, q_weight;
+    Tensor<bf16, Backend> q;              ///< [T, H, D] queries, rotated and Hadamard-transformed
+    Tensor<bf16, Backend> k;              ///< [T, D] this call's keys, normalized, rotated, transformed
+    Tensor<bf16, Backend> w;              ///< [T, H] weights_proj(x)
+    Tensor<std::uint8_t, Backend> q_codes;  ///< [T * H, D] E4M3 codes of q
+    Tensor<float, Backend> q_scale;       ///< [T * H, D / 128] f32 scales of q
+    Tensor<float, Backend> q_weight;      ///< [T, H] f32 head weights the score kernel takes
   };
 
   Indexer()
@@ -64,9 +67,12 @@ class Indexer {
 
   /// \brief Selects the positions every query of the call attends to, writing this call's keys into
   ///        the cache first.
-  /// \param x   [batch * seq, dim] the block's normalized input
-  /// \param qr  [batch * seq, q_lora_rank] MLA's normalized q latent
-  /// \param out selection, [batch * seq, index_topk]
+  /// \param ctx  the call
+  /// \param x    [batch * seq, dim] the block's normalized input
+  /// \param qr   [batch * seq, q_lora_rank] MLA's normalized q latent
+  /// \param rope the model's RoPE table
+  /// \param s    scratch shared by all layers
+  /// \param out  selection, [batch * seq, index_topk]
   void forward(const ForwardContext& ctx, MatrixView<const bf16> x, MatrixView<const bf16> qr, const RopeTable<Backend>& rope,
                Scratch& s, IndexerSelection<Backend>& out) {
     using K = Kernels<Backend>;
@@ -107,6 +113,9 @@ class Indexer {
     }
   }
 
+  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
+  ///        checkpoint name (`wq_b.*`, `wk.*`, `k_norm.weight`, `k_norm.bias`, `weights_proj.weight`).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) {
     wq_b_.visit(prefix + "wq_b.", f);

@@ -32,14 +32,18 @@ class Linear {
   /// \param in, out local feature counts
   /// \param dtype   weight dtype: BF16, F32, or F8_E4M3 (then with an F32 scale [ceil(out/128), ceil(in/128)])
   /// \param fmt     activation scale format for FP8 weights
+  /// \param reduce  Reduce::sum for a row-parallel layer: forward() all-reduces its output
   Linear(std::int64_t in, std::int64_t out, DType dtype, ScaleFmt fmt = ScaleFmt::none, Reduce reduce = Reduce::none)
       : weight_(dtype, Shape{out, in}), fmt_(fmt), reduce_(reduce) {
     if (dtype == DType::F8_E4M3)
       scale_ = Parameter<Backend>(DType::F32, Shape{(out + kBlockSize - 1) / kBlockSize, (in + kBlockSize - 1) / kBlockSize});
   }
 
+  /// \brief Local input features (columns of the weight).
   std::int64_t in_features() const noexcept { return weight_.shape()[1]; }
+  /// \brief Local output features (rows of the weight).
   std::int64_t out_features() const noexcept { return weight_.shape()[0]; }
+  /// \brief Whether the weight is F8_E4M3 (and a `scale` parameter exists).
   bool fp8() const noexcept { return weight_.dtype() == DType::F8_E4M3; }
 
   /// \brief The weight as kernels take it.
@@ -49,6 +53,7 @@ class Linear {
   }
 
   /// \brief y = bf16(x W^T), then the cross-rank reduction of a row-parallel layer.
+  /// \param ctx the call (its Parallel carries the reduction)
   /// \param x [M, in] bf16
   /// \param y [M, out] bf16
   void forward(const ForwardContext& ctx, MatrixView<const bf16> x, MatrixView<bf16> y) const {
@@ -67,6 +72,7 @@ class Linear {
   void forward_f32(MatrixView<const bf16> x, MatrixView<float> y) const { Kernels<Backend>::linear_f32(x, view(), y); }
 
   /// \brief Visits `prefix + "weight"` (and `prefix + "scale"` for FP8).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) {
     f(prefix + "weight", weight_);
@@ -87,6 +93,7 @@ template <class Backend>
 class RMSNorm {
  public:
   RMSNorm() = default;
+  /// \param dim normalized width \param eps added to the mean square
   explicit RMSNorm(std::int64_t dim, float eps = 1e-6f) : weight_(DType::F32, Shape{dim}), eps_(eps) {}
 
   /// \param x [rows, dim] \param y [rows, dim] (may alias x)
@@ -97,6 +104,9 @@ class RMSNorm {
   void forward(MatrixView<const bf16> x, MatrixView<bf16> residual, MatrixView<bf16> y) const {
     Kernels<Backend>::rms_norm_residual(x, residual, weight_.template as<float>(), eps_, y);
   }
+  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
+  ///        checkpoint name (`weight`).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) { f(prefix + "weight", weight_); }
 
@@ -111,6 +121,7 @@ template <class Backend>
 class LayerNorm {
  public:
   LayerNorm() = default;
+  /// \param dim normalized width \param eps added to the variance
   explicit LayerNorm(std::int64_t dim, float eps = 1e-6f)
       : weight_(DType::F32, Shape{dim}), bias_(DType::F32, Shape{dim}), eps_(eps) {}
 
@@ -118,6 +129,9 @@ class LayerNorm {
   void forward(MatrixView<const bf16> x, MatrixView<bf16> y) const {
     Kernels<Backend>::layer_norm(x, weight_.template as<float>(), bias_.template as<float>(), eps_, y);
   }
+  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
+  ///        checkpoint name (`weight`, `bias`).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) {
     f(prefix + "weight", weight_);
@@ -135,11 +149,18 @@ template <class Backend>
 class Embedding {
  public:
   Embedding() = default;
+  /// \param vocab vocab_size; this rank holds rows [rank * vocab / world, (rank + 1) * vocab / world)
+  /// \param dim   embedding width
+  /// \param par   this rank's place; vocab must divide evenly (else Error(invalid_argument))
   Embedding(std::int64_t vocab, std::int64_t dim, const Parallel& par)
       : weight_(DType::BF16, Shape{par.split(vocab, "vocab_size"), dim}),
         first_id_(par.rank * par.split(vocab, "vocab_size")) {}
 
-  /// \param tokens [n] ids (validated by the caller) \param out [n, dim]
+  /// \brief Looks the tokens up; with several ranks each fills its rows and the all-reduce sums them.
+  /// \param ctx the call (its Parallel carries the reduction)
+  /// \param tokens [n] ids (validated by the caller), in the backend's memory
+  /// \param n      tokens
+  /// \param out    [n, dim]
   void forward(const ForwardContext& ctx, const std::int32_t* tokens, std::int64_t n, MatrixView<bf16> out) const {
     const Shape& s = weight_.shape();
     Kernels<Backend>::embedding(tokens, n, {weight_.template as<bf16>(), s[0], s[1], s[1]}, first_id_, out);
@@ -150,6 +171,9 @@ class Embedding {
       Kernels<Backend>::round_to_bf16(wide.mat(), out);
     }
   }
+  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
+  ///        checkpoint name (`weight`).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) { f(prefix + "weight", weight_); }
 

@@ -36,12 +36,22 @@ class MLA {
  public:
   /// \brief Per-call temporaries, shared by all layers.
   struct Scratch {
-    Tensor<bf16, Backend> q_a, q, kv_a, kv_norm, keys, q_lat, o_lat, o;
-    typename Indexer<Config, Backend>::Scratch indexer;
-    IndexerSelection<Backend> selection;
+    Tensor<bf16, Backend> q_a;      ///< [T, q_lora_rank]: wq_a x, then qr = q_norm(wq_a x)
+    Tensor<bf16, Backend> q;        ///< [T, H, nope + rope] queries, q_pe rotated
+    Tensor<bf16, Backend> kv_a;     ///< [T, kv_lora_rank + rope]: normalized latent and rotated key
+    Tensor<bf16, Backend> kv_norm;  ///< unused: the latent is normalized in place in kv_a
+    Tensor<bf16, Backend> keys;     ///< prefill: [end_pos, H, nope + v] wkv_b applied to the cached latents
+    Tensor<bf16, Backend> q_lat;    ///< decode: [T, H, kv_lora_rank] absorbed queries
+    Tensor<bf16, Backend> o_lat;    ///< decode: [T, H, kv_lora_rank] latent attention output
+    Tensor<bf16, Backend> o;        ///< [T, H, v] attention output before wo
+    typename Indexer<Config, Backend>::Scratch indexer;  ///< the indexer's temporaries
+    IndexerSelection<Backend> selection;                 ///< the indexer's picks for this call
   };
 
   MLA() = default;
+  /// \brief Declares the layer's parameters (nothing is allocated until loading).
+  /// \param o   runtime options: the softmax scale's YaRN correction (mla_softmax_scale())
+  /// \param par this rank's place; n_heads must divide evenly (else Error(invalid_argument))
   MLA(const RuntimeOptions& o, const Parallel& par)
       : n_local_heads_(par.split(Config::n_heads, "n_heads")),
         wq_a_(Config::dim, Config::q_lora_rank, kWeightDType, Config::scale_fmt),
@@ -64,8 +74,13 @@ class MLA {
     indexer_.allocate_caches(o);
   }
 
-  /// \param x   [batch * seq, dim] normalized block input
-  /// \param out [batch * seq, dim]
+  /// \brief Writes this call's latents and rotated keys into the caches, runs the indexer, and
+  ///        attends: prefill path for calls of more than one token, absorbed decode path otherwise.
+  /// \param ctx  the call; its positions must follow what each sequence has cached
+  /// \param x    [batch * seq, dim] normalized block input
+  /// \param rope the model's RoPE table
+  /// \param s    scratch shared by all layers
+  /// \param out  [batch * seq, dim], reduced over ranks
   void forward(const ForwardContext& ctx, MatrixView<const bf16> x, const RopeTable<Backend>& rope, Scratch& s,
                MatrixView<bf16> out) {
     using K = Kernels<Backend>;
@@ -124,6 +139,9 @@ class MLA {
     wo_.forward(ctx, {s.o.data(), T, H * kV, H * kV}, out);
   }
 
+  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
+  ///        checkpoint name (`wq_a.*`, `q_norm.weight`, `wq_b.*`, `wkv_a.*`, `kv_norm.weight`, `wkv_b.*`, `wo.*`, `indexer.*`).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) {
     wq_a_.visit(prefix + "wq_a.", f);
@@ -136,6 +154,7 @@ class MLA {
     indexer_.visit(prefix + "indexer.", f);
   }
 
+  /// \brief The attention's softmax scale, mla_softmax_scale() of the runtime options.
   float softmax_scale() const noexcept { return softmax_scale_; }
 
  private:

@@ -24,7 +24,8 @@ namespace dsv32 {
 template <class Config, class Backend>
 class Gate {
  public:
-  static constexpr std::int64_t kExperts = Config::n_routed_experts, kTopK = Config::n_activated_experts;
+  static constexpr std::int64_t kExperts = Config::n_routed_experts;  ///< routed experts scored (all, on every rank)
+  static constexpr std::int64_t kTopK = Config::n_activated_experts;  ///< experts chosen per token
 
   Gate() : weight_(Config::dim, kExperts, DType::BF16) {
     if constexpr (ConfigTraits<Config>::has_gate_bias) bias_ = Parameter<Backend>(DType::F32, Shape{kExperts});
@@ -48,6 +49,9 @@ class Gate {
                             weights, experts);
   }
 
+  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
+  ///        checkpoint name (`weight`, and `bias` with gate_bias).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) {
     weight_.visit(prefix, f);
@@ -71,14 +75,23 @@ class MoE {
  public:
   /// \brief Per-call temporaries.
   struct Scratch {
-    Tensor<float, Backend> logits, weights, sum;
-    Tensor<std::int32_t, Backend> experts, rows;
-    Tensor<float, Backend> row_weights;
-    Tensor<bf16, Backend> xe, ye, shared;
-    typename MLP<Backend>::Scratch mlp;
+    Tensor<float, Backend> logits;         ///< [T, n_routed_experts] f32 gate logits
+    Tensor<float, Backend> weights;        ///< [T, n_activated_experts] f32 routing weights
+    Tensor<float, Backend> sum;            ///< [T, dim] f32 sum of the expert outputs
+    Tensor<std::int32_t, Backend> experts; ///< [T, n_activated_experts] chosen expert ids
+    Tensor<std::int32_t, Backend> rows;    ///< [n] the token rows routed to the expert running
+    Tensor<float, Backend> row_weights;    ///< [n] their routing weights
+    Tensor<bf16, Backend> xe;              ///< [n, dim] those tokens' inputs
+    Tensor<bf16, Backend> ye;              ///< [n, dim] the expert's outputs
+    Tensor<bf16, Backend> shared;          ///< [T, dim] the shared experts' output
+    typename MLP<Backend>::Scratch mlp;    ///< the experts' MLP temporaries
   };
 
   MoE() = default;
+  /// \brief This rank's slice: routed experts [rank * n / world, (rank + 1) * n / world) whole, and
+  ///        1 / world of the shared experts' hidden width.
+  /// \param par this rank's place; n_routed_experts and n_shared_experts * moe_inter_dim must divide
+  ///            evenly by the world size (else Error(invalid_argument))
   explicit MoE(const Parallel& par)
       : n_local_(par.split(Config::n_routed_experts, "n_routed_experts")),
         first_(par.rank * n_local_),
@@ -89,7 +102,9 @@ class MoE {
       experts_.emplace_back(Config::dim, Config::moe_inter_dim, kWeightDType, Config::scale_fmt, Reduce::none);
   }
 
-  /// \param x [T, dim] \param out [T, dim]
+  /// \brief Routes, runs this rank's experts on their tokens and the shared experts on all, and
+  ///        all-reduces the f32 sum before rounding it to bf16 once.
+  /// \param ctx the call \param x [T, dim] \param s scratch \param out [T, dim]
   void forward(const ForwardContext& ctx, MatrixView<const bf16> x, Scratch& s, MatrixView<bf16> out) const {
     using K = Kernels<Backend>;
     const std::int64_t T = x.rows;
@@ -137,6 +152,9 @@ class MoE {
     K::round_to_bf16(s.sum.mat(), out);
   }
 
+  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
+  ///        checkpoint name (`gate.*`, `experts.E.*` for this rank's E, `shared_experts.*`).
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(const std::string& prefix, F&& f) {
     gate_.visit(prefix + "gate.", f);
@@ -147,6 +165,7 @@ class MoE {
 
   /// \brief The routed experts this rank holds: [first, first + count).
   std::int64_t first_expert() const noexcept { return first_; }
+  /// \brief How many routed experts this rank holds.
   std::int64_t local_experts() const noexcept { return n_local_; }
 
  private:

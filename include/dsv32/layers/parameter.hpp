@@ -34,21 +34,30 @@ class Parameter {
   /// \param shape local shape on this rank
   Parameter(DType dtype, Shape shape) : dtype_(dtype), shape_(shape) {}
 
+  /// \brief In-memory element type.
   DType dtype() const noexcept { return dtype_; }
+  /// \brief Local shape on this rank.
   const Shape& shape() const noexcept { return shape_; }
+  /// \brief Number of elements.
   std::int64_t numel() const noexcept { return shape_.numel(); }
   /// \brief Bytes the tensor occupies once loaded.
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel()) * dtype_size(dtype_); }
+  /// \brief Whether memory is bound (allocated, copied, borrowed or filled).
   bool loaded() const noexcept { return loaded_; }
 
   /// \brief Whether a file tensor of dtype `file` can be loaded: the same dtype, or BF16 into an
   ///        F32 parameter (widened exactly, as the reference does for norms and the head).
   bool accepts(DType file) const noexcept { return file == dtype_ || (dtype_ == DType::F32 && file == DType::BF16); }
 
+  /// \brief The bound memory, in the backend's memory space.
+  /// \throws Error(state) when the parameter is not loaded
   const void* data() const {
     DSV32_CHECK(loaded_, state, "parameter not loaded");
     return buffer_.data();
   }
+  /// \brief data() as `const T*`; T must match dtype() (unchecked).
+  /// \tparam T element type: float, bf16 or std::uint8_t (E4M3 codes)
+  /// \throws Error(state) when the parameter is not loaded
   template <class T>
   const T* as() const { return static_cast<const T*>(data()); }
 
@@ -89,6 +98,8 @@ class Parameter {
   }
   /// \brief Fills with values from `gen(i)` (a float per element) in this dtype; FP8 parameters receive
   ///        the E4M3 encoding of each value.
+  /// \tparam Gen callable as `float gen(std::size_t element_index)`
+  /// \throws Error(unsupported) for a dtype other than F32, BF16 or F8_E4M3
   template <class Gen>
   void fill_host(Gen&& gen) {
     const std::size_t n = static_cast<std::size_t>(numel());

@@ -63,6 +63,9 @@ template <class Backend>
 class RopeTable {
  public:
   RopeTable() = default;
+  /// \brief Computes the tables on the host and copies them to the backend.
+  /// \param rope_dim qk_rope_head_dim (even)
+  /// \param o        max_seq_len and the RoPE/YaRN scalars
   RopeTable(std::int64_t rope_dim, const RuntimeOptions& o)
       : cos_(Shape{o.max_seq_len, rope_dim / 2}), sin_(Shape{o.max_seq_len, rope_dim / 2}) {
     const std::vector<float> freqs = rope_frequencies(rope_dim, o);
@@ -81,6 +84,7 @@ class RopeTable {
   const float* cos() const noexcept { return cos_.data(); }
   /// \brief [max_seq_len, rope_dim / 2]
   const float* sin() const noexcept { return sin_.data(); }
+  /// \brief Memory both tables occupy.
   std::size_t bytes() const noexcept { return cos_.bytes() + sin_.bytes(); }
 
  private:

@@ -30,10 +30,10 @@ namespace dsv32 {
 
 /// \brief Logits of one forward call, on the host: [batch, positions, vocab] f32.
 struct Logits {
-  std::int64_t batch = 0;
+  std::int64_t batch = 0;      ///< sequences
   std::int64_t positions = 0;  ///< 1 (the last position) unless every position was requested
-  std::int64_t vocab = 0;
-  std::vector<float> values;
+  std::int64_t vocab = 0;      ///< vocab_size (all ranks' shards gathered)
+  std::vector<float> values;   ///< [batch, positions, vocab] f32
 
   /// \brief Logits of sequence `b` at returned position `p` (default: the last one).
   std::span<const float> row(std::int64_t b, std::int64_t p = -1) const {
@@ -55,10 +55,10 @@ struct ForwardOptions {
 
 /// \brief One parameter as listed by Transformer::tensors(): checkpoint name, dtype, local shape.
 struct TensorEntry {
-  std::string name;
-  DType dtype;
-  Shape shape;
-  std::size_t bytes;
+  std::string name;   ///< checkpoint name, e.g. `layers.0.attn.wq_a.weight`
+  DType dtype;        ///< in-memory dtype
+  Shape shape;        ///< local shape on this rank
+  std::size_t bytes;  ///< bytes once loaded
 };
 
 /// \brief Memory a model needs on this rank, computed without allocating it.
@@ -68,7 +68,8 @@ struct MemoryPlan {
   std::int64_t parameters = 0;                ///< parameter elements on this rank (scales excluded)
   std::size_t cache_bytes_per_token = 0;      ///< all layers, one sequence, one position
   std::size_t caches = 0;                     ///< max_batch_size x max_seq_len x the above
-  std::size_t rope_tables = 0;
+  std::size_t rope_tables = 0;                ///< the cos/sin tables
+  /// \brief weights + caches + rope_tables (scratch, which grows with the call size, not included).
   std::size_t total() const noexcept { return weights + caches + rope_tables; }
 };
 
@@ -94,14 +95,14 @@ inline std::string format_bytes(double bytes) {
 /// or init_random(); KV caches are allocated when the weights are complete.
 /// A Transformer is not safe to call from several threads at once (it owns its caches and scratch).
 /// \tparam Config  compile-time config (see ConfigDefaults)
-/// \tparam Backend backend tag (Cpu, or Cuda with <dsv32/cuda.hpp>)
+/// \tparam Backend backend tag (Cpu, the only backend this release implements)
 template <class Config, class Backend = Cpu>
 class Transformer {
   static_assert(valid_config<Config>);
 
  public:
-  using config_type = Config;
-  using backend_type = Backend;
+  using config_type = Config;    ///< the compile-time config
+  using backend_type = Backend;  ///< the backend tag
 
   /// \param options runtime limits and RoPE scalars (validated)
   /// \param parallel this rank's place in a model-parallel group
@@ -117,12 +118,15 @@ class Transformer {
     for (int i = 0; i < Config::n_layers; ++i) layers_.emplace_back(i, options_, parallel_);
   }
 
+  /// \brief The runtime options the model was built with.
   const RuntimeOptions& options() const noexcept { return options_; }
+  /// \brief This rank's place in the model-parallel group.
   const Parallel& parallel() const noexcept { return parallel_; }
 
   /// \brief Visits every parameter as f(checkpoint name, Parameter&), in the reference's converted
   ///        naming (`embed.weight`, `layers.N.attn.wq_a.weight`, ..., `norm.weight`, `head.weight`).
   ///        Loading, checking, listing and tests all walk this one list.
+  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(F&& f) {
     embed_.visit("embed.", f);
@@ -159,6 +163,8 @@ class Transformer {
 
   /// \brief Binds every parameter through `load(name, parameter)` (which must load it or throw), then
   ///        allocates the caches. On any error nothing stays half-loaded: all parameters are released.
+  /// \tparam LoadOne callable as `load(const std::string& name, Parameter<Backend>&)`
+  /// \throws whatever `load` throws; Error(state) naming a parameter `load` left unloaded
   template <class LoadOne>
   void load_weights(LoadOne&& load) {
     try {
@@ -215,8 +221,12 @@ class Transformer {
   /// anything is computed: batch in [1, max_batch_size], start_pos + seq <= max_seq_len, token ids
   /// in [0, vocab_size), no gap after what each sequence has cached. A failed check throws
   /// Error(invalid_argument) and leaves the caches as they were.
-  /// \param tokens [batch, seq] row-major token ids
+  /// \param tokens    [batch, seq] row-major token ids
+  /// \param batch     sequences; tokens.size() must be a multiple of it
+  /// \param start_pos position of each sequence's first token in this call
+  /// \param opts      all positions' logits or only the last; an observer
   /// \return logits [batch, 1 or seq, vocab_size]
+  /// \throws Error(state) when the weights are not loaded
   Logits forward(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t start_pos,
                  const ForwardOptions& opts = {}) {
     DSV32_CHECK(ready_, state, "forward: the model's weights are not loaded");
