@@ -47,8 +47,8 @@ struct ShardTensor {
 /// \brief What each rank's file of a conversion holds: `ranks[r]` lists the tensors of
 ///        `model{r}-mp{world}.safetensors`, sorted by name (the file's order).
 struct ShardPlan {
-  int world = 1;
-  std::vector<std::vector<ShardTensor>> ranks;
+  int world = 1;                                ///< ranks (files)
+  std::vector<std::vector<ShardTensor>> ranks;  ///< [world] each rank's tensors, sorted by name
   /// \brief Bytes of tensor data in rank r's file.
   std::uint64_t bytes(int r) const {
     std::uint64_t n = 0;
@@ -144,7 +144,7 @@ inline ShardPlan plan_model_parallel_shards(const HfCheckpointSource& source, in
 /// \brief Where a conversion stands, reported after each tensor written.
 struct ConvertProgress {
   int rank = 0;                    ///< the rank whose file is being written
-  int world = 1;
+  int world = 1;                   ///< ranks (files) in the conversion
   std::filesystem::path file;      ///< that file
   std::string_view tensor;         ///< the tensor just written (dsv32 name)
   std::size_t tensors_done = 0;    ///< tensors written to this file so far
@@ -191,7 +191,11 @@ struct ConvertResult {
 /// input into the output (SafetensorsWriter producers): memory use stays at a few MB whatever the
 /// checkpoint's size (the page cache holds what was read). Each file is written under a temporary
 /// name and renamed when complete, so an interrupted conversion never leaves a truncated shard.
+/// \param hf_dir   the Hugging Face checkpoint directory (config.json and *.safetensors)
+/// \param out_dir  where the shards go; created if missing; existing shards are replaced
+/// \param world    model-parallel ranks, one file each
 /// \param progress called after every tensor written (may be empty)
+/// \param options  expert count check, tokenizer copy, config.json
 /// \throws Error(invalid_argument) for a world size that does not divide (every problem listed) or
 ///         `out_dir` being `hf_dir`; as HfCheckpointSource for a bad checkpoint; Error(io) if a file
 ///         cannot be written.

@@ -216,6 +216,7 @@ inline bool is_hf_config(const nlohmann::json& j) {
 /// rms_norm_eps != 1e-6, rope_interleave false, norm_topk_prob disagreeing with the scoring function,
 /// unsupported quantization or RoPE scaling each throw Error(unsupported) naming the field and value.
 /// Keys dsv32 does not know are ignored and listed in HfConfig::ignored_keys.
+/// \param j      the parsed config.json
 /// \param source name of the file, for messages
 /// \throws Error(invalid_config) for a missing or mistyped field (named) or a config that breaks
 ///         an invariant; Error(unsupported) as above.
@@ -400,6 +401,7 @@ inline HfConfig read_hf_config(const std::filesystem::path& path) {
 ///        checkpoints, e.g. test checkpoints or a model with random weights).
 ///
 /// Serving limits are not written; `max_position_embeddings` is original_seq_len x rope_factor.
+/// \param a the model's fields (runtime options give the rope_scaling block)
 /// \param num_nextn_predict_layers written as is (the writer stores those layers' tensors, if any)
 /// \throws Error(unsupported) for what Hugging Face configs cannot say (indexer_rope_interleaved).
 inline nlohmann::json to_hf_config(const ModelArgs& a, std::int64_t num_nextn_predict_layers = 0) {
@@ -486,18 +488,19 @@ enum class ShardKind {
 
 /// \brief Where a tensor goes in model-parallel shards.
 struct TensorSharding {
-  ShardKind kind = ShardKind::replicated;
+  ShardKind kind = ShardKind::replicated;  ///< replicated, split along dim, or by expert
   int dim = -1;  ///< the dimension split (ShardKind::split only); an FP8 `.scale` splits like its weight
+  /// \brief Same kind and dimension.
   friend bool operator==(const TensorSharding&, const TensorSharding&) = default;
 };
 
 /// \brief A tensor name resolved by the name table: the other naming, the layer and expert indices
 ///        it carries (-1 if none) and its sharding.
 struct TensorNameMatch {
-  std::string name;
-  std::int64_t layer = -1;
-  std::int64_t expert = -1;
-  TensorSharding sharding;
+  std::string name;          ///< the name in the other naming (dsv32's for a Hugging Face name, and back)
+  std::int64_t layer = -1;   ///< the layer index in the name, or -1
+  std::int64_t expert = -1;  ///< the routed expert index in the name, or -1
+  TensorSharding sharding;   ///< how convert.py distributes the tensor over ranks
 };
 
 namespace detail {
@@ -624,6 +627,7 @@ inline bool is_mtp_tensor(std::string_view hf_name, std::int64_t n_layers) {
 ///        self_attn -> attn, mlp -> ffn, weight_scale_inv -> scale, e_score_correction_bias -> bias,
 ///        embed_tokens -> embed, q_a_proj -> wq_a, ..., lm_head -> head), with its layer, expert and
 ///        sharding; std::nullopt for a tensor of a multi-token-prediction layer (skipped).
+/// \param hf_name  the tensor's Hugging Face name, e.g. `model.layers.3.self_attn.q_a_proj.weight`
 /// \param n_layers the model's num_hidden_layers
 /// \throws Error(invalid_file) naming the tensor if the name maps to nothing.
 inline std::optional<TensorNameMatch> match_hf_name(std::string_view hf_name, std::int64_t n_layers) {

@@ -46,7 +46,9 @@ class TensorSource {
 /// \brief The tensors of one safetensors file, names as stored.
 class SafetensorsSource : public TensorSource {
  public:
+  /// \brief Opens and maps the file (see SafetensorsFile::open() for its errors).
   explicit SafetensorsSource(const std::filesystem::path& path) : file_(SafetensorsFile::open(path)) {}
+  /// \brief Shares a file already open; it stays mapped while any source or borrowed tensor uses it.
   explicit SafetensorsSource(std::shared_ptr<const SafetensorsFile> file) : file_(std::move(file)) {}
 
   const TensorInfo* find(const std::string& name) const override { return file_->find(name); }
@@ -57,6 +59,7 @@ class SafetensorsSource : public TensorSource {
     return out;
   }
   std::string describe() const override { return "file " + file_->path().string(); }
+  /// \brief The underlying file.
   const SafetensorsFile& file() const noexcept { return *file_; }
 
  private:

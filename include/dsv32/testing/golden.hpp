@@ -47,8 +47,10 @@ struct GoldenTolerances {
 
 /// \brief Agreement of one forward call with the reference.
 struct GoldenCallReport {
-  std::size_t index = 0;
-  std::int64_t start_pos = 0, batch = 0, seq = 0;
+  std::size_t index = 0;                  ///< the call's place in the scenario, from 0
+  std::int64_t start_pos = 0;             ///< the call's start_pos
+  std::int64_t batch = 0;                 ///< sequences in the call
+  std::int64_t seq = 0;                   ///< tokens per sequence in the call
   double logits_error = 0;                ///< max |ours - ref| / max |ref|
   std::int64_t topk_queries = 0;          ///< (layer, sequence, query) picks compared
   std::int64_t topk_mismatches = 0;       ///< of those, how many differ as sets (visible picks only)
@@ -62,9 +64,9 @@ struct GoldenCallReport {
 
 /// \brief Agreement of a whole scenario.
 struct GoldenReport {
-  std::string scenario;
-  std::vector<GoldenCallReport> calls;
-  GoldenTolerances tolerances;
+  std::string scenario;                ///< the scenario's name (its directory under the golden data)
+  std::vector<GoldenCallReport> calls;  ///< one report per forward call, in order
+  GoldenTolerances tolerances;          ///< what passed() compares against
 
   /// \brief Whether every call is within the tolerances with identical top-k sets and experts.
   bool passed() const {
@@ -74,6 +76,7 @@ struct GoldenReport {
         return false;
     return !calls.empty();
   }
+  /// \brief The largest logits_error over the calls (0 without calls).
   double max_logits_error() const {
     double m = 0;
     for (const auto& c : calls) m = std::max(m, c.logits_error);
