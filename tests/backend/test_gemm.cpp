@@ -15,6 +15,9 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::error_of;
 
 namespace {
 
@@ -126,17 +129,6 @@ std::vector<bf16> random_bf16(std::size_t n, std::mt19937& gen, float sd = 1.0f)
   return v;
 }
 
-template <class F>
-std::string error_of(F&& f, dsv32::ErrorKind kind) {
-  try {
-    f();
-  } catch (const dsv32::Error& e) {
-    CHECK(e.kind() == kind);
-    return e.what();
-  }
-  FAIL("expected a dsv32::Error");
-  return {};
-}
 
 }  // namespace
 

@@ -14,6 +14,10 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include "support/test_support.hpp"
+
+using dsv32::test::error_of;
+using dsv32::test::contains;
 
 namespace {
 
@@ -23,19 +27,7 @@ using nlohmann::json;
 
 const std::string kData = DSV32_TEST_DATA;
 
-template <class F>
-std::string error_of(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const dsv32::Error& e) {
-    CHECK(e.kind() == kind);
-    return e.what();
-  }
-  FAIL("expected a dsv32::Error");
-  return {};
-}
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 json read_json(const std::string& path) {
   std::ifstream in(path);

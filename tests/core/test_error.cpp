@@ -9,6 +9,10 @@
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::contains;
+using dsv32::test::error_of;
 
 namespace {
 
@@ -16,18 +20,6 @@ using dsv32::Error;
 using dsv32::ErrorKind;
 using dsv32::Parallel;
 
-// Runs f, which must throw dsv32::Error of `kind`; returns what().
-template <class F>
-std::string error_of(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const Error& e) {
-    CHECK(e.kind() == kind);
-    return e.what();
-  }
-  FAIL("expected a dsv32::Error");
-  return {};
-}
 
 struct CountingComm : dsv32::Communicator {
   int world = 2, me = 1, reduces = 0;
@@ -42,7 +34,6 @@ struct CountingComm : dsv32::Communicator {
   void all_gather(const float*, std::size_t, float*) override {}
 };
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

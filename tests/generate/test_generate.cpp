@@ -11,6 +11,9 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::contains;
 
 namespace {
 
@@ -92,7 +95,6 @@ std::string error_of(auto&& f) {
   return "no error";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -13,6 +13,9 @@
 #include <set>
 #include <string>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::contains;
 
 namespace {
 
@@ -48,7 +51,6 @@ std::string error_of(F&& f) {
   return "no error";
 }
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 }  // namespace
 

@@ -21,28 +21,15 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include "support/test_support.hpp"
+
 
 namespace dsv32_test {
 
+using dsv32::test::TempDir;
+
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& tag = "ckpt") {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("dsv32_test_" + tag + "_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path / name; }
-};
 
 // One tensor to write, owning its bytes.
 struct HfTensor {

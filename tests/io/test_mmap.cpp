@@ -13,27 +13,14 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include "support/test_support.hpp"
+
+using dsv32::test::TempDir;
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("dsv32_test_mmap_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 void write_file(const fs::path& p, std::string_view bytes) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);

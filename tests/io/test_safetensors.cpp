@@ -20,6 +20,9 @@
 #include <string>
 #include <string_view>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::TempDir;
 
 namespace {
 
@@ -29,24 +32,6 @@ using dsv32::ErrorKind;
 using dsv32::SafetensorsFile;
 using dsv32::SafetensorsWriter;
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("dsv32_test_safetensors_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  fs::path operator/(const std::string& name) const { return path / name; }
-  std::size_t entries() const { return static_cast<std::size_t>(std::distance(fs::directory_iterator(path), {})); }
-};
 
 void write_file(const fs::path& p, std::string_view bytes) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);

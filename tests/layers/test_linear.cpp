@@ -13,6 +13,9 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::error_of;
 
 namespace {
 
@@ -24,17 +27,6 @@ using dsv32::ScaleFmt;
 using dsv32::Shape;
 using Param = dsv32::Parameter<Cpu>;
 
-template <class F>
-std::string error_of(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const dsv32::Error& e) {
-    CHECK(e.kind() == kind);
-    return e.what();
-  }
-  FAIL("expected a dsv32::Error");
-  return {};
-}
 
 // Loads every parameter of a layer with values from gen(name, index).
 template <class Layer, class Gen>

@@ -24,6 +24,11 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include "support/test_support.hpp"
+
+using dsv32::test::error_of;
+using dsv32::test::contains;
+using dsv32::test::TempDir;
 
 namespace {
 
@@ -38,21 +43,6 @@ using Param = dsv32::Parameter<Cpu>;
 const fs::path kScenario = fs::path(DSV32_TEST_DATA) / "golden" / "tiny_bf16";
 const fs::path kCheckpoint = kScenario / "model0-mp1.safetensors";
 
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() / ("dsv32_test_loading_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 // A tensor written in place of (or in addition to) the checkpoint's.
 struct Replacement {
@@ -98,18 +88,6 @@ dsv32::RuntimeOptions options() {
   return o;
 }
 
-template <class F>
-std::string error_of(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const dsv32::Error& e) {
-    CHECK(e.kind() == kind);
-    return e.what();
-  }
-  FAIL("expected a dsv32::Error");
-  return {};
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 // Nothing is loaded: every parameter unbound, the model not ready, forward refused with kind state.
 void check_unloaded(Model& m) {

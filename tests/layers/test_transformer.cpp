@@ -20,6 +20,10 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::error_of;
+using dsv32::test::contains;
 
 namespace {
 
@@ -33,18 +37,6 @@ using Param = dsv32::Parameter<Cpu>;
 
 const std::string kGolden = std::string(DSV32_TEST_DATA) + "/golden/";
 
-template <class F>
-std::string error_of(F&& f, ErrorKind kind) {
-  try {
-    f();
-  } catch (const dsv32::Error& e) {
-    CHECK(e.kind() == kind);
-    return e.what();
-  }
-  FAIL("expected a dsv32::Error");
-  return {};
-}
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 std::size_t resident_bytes() {
   std::ifstream statm("/proc/self/statm");
