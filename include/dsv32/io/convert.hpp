@@ -49,6 +49,7 @@ struct ShardTensor {
 struct ShardPlan {
   int world = 1;                                ///< ranks (files)
   std::vector<std::vector<ShardTensor>> ranks;  ///< [world] each rank's tensors, sorted by name
+
   /// \brief Bytes of tensor data in rank r's file.
   std::uint64_t bytes(int r) const {
     std::uint64_t n = 0;

@@ -490,6 +490,7 @@ enum class ShardKind {
 struct TensorSharding {
   ShardKind kind = ShardKind::replicated;  ///< replicated, split along dim, or by expert
   int dim = -1;  ///< the dimension split (ShardKind::split only); an FP8 `.scale` splits like its weight
+
   /// \brief Same kind and dimension.
   friend bool operator==(const TensorSharding&, const TensorSharding&) = default;
 };

@@ -69,6 +69,7 @@ struct MemoryPlan {
   std::size_t cache_bytes_per_token = 0;      ///< all layers, one sequence, one position
   std::size_t caches = 0;                     ///< max_batch_size x max_seq_len x the above
   std::size_t rope_tables = 0;                ///< the cos/sin tables
+
   /// \brief weights + caches + rope_tables (scratch, which grows with the call size, not included).
   std::size_t total() const noexcept { return weights + caches + rope_tables; }
 };

@@ -38,6 +38,7 @@ namespace dsv32::bpe {
 /// \brief Hash for heterogeneous (`std::string_view`) lookup in string-keyed unordered maps.
 struct StringHash {
   using is_transparent = void;  ///< enables lookup by `std::string_view`
+
   /// \brief Hash of the characters of `s`.
   std::size_t operator()(std::string_view s) const noexcept { return std::hash<std::string_view>{}(s); }
 };

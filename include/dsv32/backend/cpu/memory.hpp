@@ -17,6 +17,7 @@ namespace dsv32 {
 template <>
 struct Memory<Cpu> {
   static constexpr std::size_t alignment = 64;  ///< bytes; a cache line and an AVX-512 vector
+
   /// Host memory can be borrowed directly (e.g. a memory-mapped checkpoint).
   static constexpr bool host_visible = true;
 
