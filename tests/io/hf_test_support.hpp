@@ -21,7 +21,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include "support/test_support.hpp"
+#include "support/temp_dir.hpp"
 
 
 namespace dsv32_test {

@@ -39,7 +39,6 @@ class MLA {
     Tensor<bf16, Backend> q_a;      ///< [T, q_lora_rank]: wq_a x, then qr = q_norm(wq_a x)
     Tensor<bf16, Backend> q;        ///< [T, H, nope + rope] queries, q_pe rotated
     Tensor<bf16, Backend> kv_a;     ///< [T, kv_lora_rank + rope]: normalized latent and rotated key
-    Tensor<bf16, Backend> kv_norm;  ///< unused: the latent is normalized in place in kv_a
     Tensor<bf16, Backend> keys;     ///< prefill: [end_pos, H, nope + v] wkv_b applied to the cached latents
     Tensor<bf16, Backend> q_lat;    ///< decode: [T, H, kv_lora_rank] absorbed queries
     Tensor<bf16, Backend> o_lat;    ///< decode: [T, H, kv_lora_rank] latent attention output
@@ -48,7 +47,6 @@ class MLA {
     IndexerSelection<Backend> selection;                 ///< the indexer's picks for this call
   };
 
-  MLA() = default;
   /// \brief Declares the layer's parameters (nothing is allocated until loading).
   /// \param o   runtime options: the softmax scale's YaRN correction (mla_softmax_scale())
   /// \param par this rank's place; n_heads must divide evenly (else Error(invalid_argument))

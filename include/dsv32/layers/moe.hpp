@@ -87,7 +87,6 @@ class MoE {
     typename MLP<Backend>::Scratch mlp;    ///< the experts' MLP temporaries
   };
 
-  MoE() = default;
   /// \brief This rank's slice: routed experts [rank * n / world, (rank + 1) * n / world) whole, and
   ///        1 / world of the shared experts' hidden width.
   /// \param par this rank's place; n_routed_experts and n_shared_experts * moe_inter_dim must divide
