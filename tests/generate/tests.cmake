@@ -2,7 +2,6 @@
 # no-argument run, a golden scenario's greedy tokens, bad arguments and files, and (with the
 # tokenizer component) text and chat modes. Included by tests/CMakeLists.txt.
 
-include("${PROJECT_SOURCE_DIR}/tools/generate.cmake")
 
 set(_dsv32_generate_cases default_run golden_prompt_ids golden_batch_stdin bad_arguments bad_files)
 if(TARGET dsv32_tokenizer)
@@ -19,8 +18,8 @@ foreach(case IN LISTS _dsv32_generate_cases)
 endforeach()
 unset(_dsv32_generate_cases)
 
-# examples/demo.cpp (defined after tests/ when the examples are built): runs out of the box.
-if(DSV32_BUILD_EXAMPLES)
+# examples/demo.cpp (when the examples are built): runs out of the box.
+if(TARGET dsv32-demo)
   add_test(NAME dsv32_demo_runs COMMAND dsv32-demo --new-tokens 6)
   set_tests_properties(dsv32_demo_runs PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 60
     PASS_REGULAR_EXPRESSION "generated:( [0-9]+)+\nprefill 8 tokens \\+ first token: [0-9.]+ ms .*decode 5 tokens: [0-9.]+ ms/token")

@@ -1,8 +1,6 @@
 # The dsv32-convert tool test: a helper writes a golden scenario as a sharded Hugging Face checkpoint,
 # then convert_tool_test.sh runs dsv32-convert on it (a conversion, --help, and error cases with their
-# exit codes and messages). tools/convert.cmake defines the tool once, whichever of tests/ and the
-# examples/tools CMake includes it first.
-include("${PROJECT_SOURCE_DIR}/tools/convert.cmake")
+# exit codes and messages). The tool itself is defined in tools/CMakeLists.txt.
 
 add_executable(dsv32_make_hf_checkpoint "${CMAKE_CURRENT_LIST_DIR}/tools/make_hf_checkpoint.cpp")
 target_link_libraries(dsv32_make_hf_checkpoint PRIVATE dsv32::dsv32)

@@ -2,7 +2,6 @@
 # presets, config.json files and checkpoints, intact and damaged) and examples/embed built against
 # an installed dsv32. Included by tests/CMakeLists.txt.
 
-include("${PROJECT_SOURCE_DIR}/tools/inspect.cmake")
 
 # Writes damaged copies of golden checkpoints (a tensor dropped, one added, one reshaped).
 add_executable(dsv32_make_test_checkpoint "${CMAKE_CURRENT_LIST_DIR}/make_test_checkpoint.cpp")
