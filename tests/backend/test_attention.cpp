@@ -14,6 +14,9 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::random_bf16;
 
 namespace {
 
@@ -28,12 +31,6 @@ std::uint8_t code(float v) {
   return c;
 }
 
-std::vector<bf16> random_bf16(std::size_t n, std::mt19937& gen, float sd = 1.0f) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<bf16> v(n);
-  for (auto& x : v) x = bf16(d(gen));
-  return v;
-}
 double f(bf16 b) { return static_cast<double>(static_cast<float>(b)); }
 
 std::vector<std::uint8_t> random_codes(std::size_t n, std::mt19937& gen) {

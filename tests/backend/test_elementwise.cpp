@@ -11,6 +11,10 @@
 #include <cstdlib>
 #include <random>
 #include <vector>
+#include "support/test_support.hpp"
+
+using dsv32::test::random_bf16;
+using dsv32::test::ulp_distance;
 
 namespace {
 
@@ -18,11 +22,6 @@ using dsv32::bf16;
 using dsv32::MatrixView;
 namespace cpu = dsv32::cpu;
 
-int ordered(bf16 v) {
-  const auto b = Eigen::numext::bit_cast<std::uint16_t>(v);
-  return (b & 0x8000u) ? -static_cast<int>(b & 0x7FFFu) : static_cast<int>(b);
-}
-int ulp_distance(bf16 a, bf16 b) { return std::abs(ordered(a) - ordered(b)); }
 bool same_bits(bf16 a, bf16 b) {
   return Eigen::numext::bit_cast<std::uint16_t>(a) == Eigen::numext::bit_cast<std::uint16_t>(b);
 }
@@ -41,12 +40,6 @@ bool near_midpoint(double v, double margin = 1e-3) {
   return std::fabs(frac - 0.5) < margin;
 }
 
-std::vector<bf16> random_bf16(std::size_t n, std::mt19937& gen, float mean = 0.0f, float sd = 1.0f) {
-  std::normal_distribution<float> d(mean, sd);
-  std::vector<bf16> v(n);
-  for (auto& x : v) x = bf16(d(gen));
-  return v;
-}
 std::vector<float> bf16_valued_floats(std::size_t n, std::mt19937& gen, float mean, float sd) {
   std::vector<float> v(n);
   for (auto& x : v) x = static_cast<float>(bf16(std::normal_distribution<float>(mean, sd)(gen)));
@@ -95,7 +88,7 @@ TEST_CASE("cpu::rms_norm: matches the double formula and is invariant to scaling
   std::mt19937 gen(2);
   const std::int64_t rows = 5, dim = 256;
   const std::vector<float> w = bf16_valued_floats(dim, gen, 1.0f, 0.2f);
-  std::vector<bf16> x = random_bf16(rows * dim, gen, 0.3f, 2.0f), y(rows * dim), x16(rows * dim), y16(rows * dim);
+  std::vector<bf16> x = random_bf16(rows * dim, gen, 2.0f, 0.3f), y(rows * dim), x16(rows * dim), y16(rows * dim);
   for (std::size_t i = 0; i < x.size(); ++i) x16[i] = bf16(static_cast<float>(x[i]) * 16.0f);  // exact
   cpu::rms_norm(view(x, rows, dim), w.data(), 1e-6f, view(y, rows, dim));
   cpu::rms_norm(view(x16, rows, dim), w.data(), 1e-6f, view(y16, rows, dim));
@@ -120,7 +113,7 @@ TEST_CASE("cpu::rms_norm_residual: residual = bf16(x + r) and the norm uses the 
   const std::int64_t rows = 4, dim = 256;
   const std::vector<float> w = bf16_valued_floats(dim, gen, 1.0f, 0.3f);
   // x and the residual at different scales, so most sums are not bf16 values
-  std::vector<bf16> x = random_bf16(rows * dim, gen, 0.0f, 1.0f), r = random_bf16(rows * dim, gen, 0.0f, 37.0f);
+  std::vector<bf16> x = random_bf16(rows * dim, gen, 1.0f), r = random_bf16(rows * dim, gen, 37.0f);
   const std::vector<bf16> r_in = r;
   std::vector<bf16> y(rows * dim);
   cpu::rms_norm_residual(view(x, rows, dim), view(r, rows, dim), w.data(), 1e-6f, view(y, rows, dim));
@@ -174,7 +167,7 @@ TEST_CASE("cpu::layer_norm: hand case, constant rows give the bias, mean 0 / var
   }
   // random rows: the double formula within 1 ulp; with w = 1, b = 0 the output has mean 0, variance 1
   const std::int64_t rows = 3;
-  std::vector<bf16> x = random_bf16(rows * dim, gen, 4.0f, 3.0f), y(rows * dim), z(rows * dim);
+  std::vector<bf16> x = random_bf16(rows * dim, gen, 3.0f, 4.0f), y(rows * dim), z(rows * dim);
   const std::vector<float> ones(dim, 1.0f), zeros(dim, 0.0f);
   cpu::layer_norm(view(x, rows, dim), w.data(), b.data(), 1e-6f, view(y, rows, dim));
   cpu::layer_norm(view(x, rows, dim), ones.data(), zeros.data(), 1e-6f, view(z, rows, dim));
@@ -198,7 +191,7 @@ TEST_CASE("cpu::layer_norm: hand case, constant rows give the bias, mean 0 / var
 TEST_CASE("cpu::silu_mul: bf16(silu(a) * b) in f32") {
   std::mt19937 gen(5);
   const std::int64_t rows = 3, n = 200;
-  std::vector<bf16> a = random_bf16(rows * n, gen, 0.0f, 4.0f), b = random_bf16(rows * n, gen), out(rows * n);
+  std::vector<bf16> a = random_bf16(rows * n, gen, 4.0f), b = random_bf16(rows * n, gen), out(rows * n);
   a[0] = bf16(0.0f);
   a[1] = bf16(30.0f);
   a[2] = bf16(-30.0f);

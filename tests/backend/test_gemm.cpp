@@ -17,6 +17,9 @@
 #include <vector>
 #include "support/test_support.hpp"
 
+using dsv32::test::random_bf16;
+using dsv32::test::ulp_distance;
+
 using dsv32::test::error_of;
 
 namespace {
@@ -30,12 +33,6 @@ namespace cpu = dsv32::cpu;
 
 // ---------------------------------------------------------------- independent references
 
-// bf16 values as integers that order like the values: the distance between two is their ulp distance.
-int ordered(bf16 v) {
-  const auto b = Eigen::numext::bit_cast<std::uint16_t>(v);
-  return (b & 0x8000u) ? -static_cast<int>(b & 0x7FFFu) : static_cast<int>(b);
-}
-int ulp_distance(bf16 a, bf16 b) { return std::abs(ordered(a) - ordered(b)); }
 
 double e4m3_value(unsigned code) {  // closed form (tested against the library in test_numeric.cpp)
   const double sign = (code & 0x80u) ? -1.0 : 1.0;
@@ -122,12 +119,6 @@ std::vector<bf16> reference_fp8_linear(const std::vector<bf16>& x, std::int64_t 
   return y;
 }
 
-std::vector<bf16> random_bf16(std::size_t n, std::mt19937& gen, float sd = 1.0f) {
-  std::normal_distribution<float> d(0.0f, sd);
-  std::vector<bf16> v(n);
-  for (auto& x : v) x = bf16(d(gen));
-  return v;
-}
 
 
 }  // namespace

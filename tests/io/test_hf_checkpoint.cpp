@@ -18,6 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "io/hf_test_support.hpp"
+#include "support/test_support.hpp"
+
+using dsv32::test::check_error;
 
 namespace {
 
@@ -31,19 +34,6 @@ const fs::path kData = DSV32_TEST_DATA;
 const fs::path kGolden = kData / "golden";
 const fs::path kHfConfig671B = kData / "configs" / "hf_config_DeepSeek-V3.2-Exp.reconstructed.json";
 
-// Runs f, which must throw dsv32::Error of `kind` whose message holds every piece of `parts`.
-template <class F>
-void check_error(F&& f, ErrorKind kind, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL("expected dsv32::Error(", dsv32::to_string(kind), ") but nothing was thrown");
-  } catch (const dsv32::Error& e) {
-    const std::string what = e.what();
-    INFO("message: ", what);
-    CHECK(e.kind() == kind);
-    for (const auto& p : parts) CHECK_MESSAGE(what.find(p) != std::string::npos, "missing '", p, "'");
-  }
-}
 
 nlohmann::json released_hf_config() { return dsv32_test::read_json(kHfConfig671B); }
 

@@ -15,6 +15,7 @@
 #include <utility>
 #include "support/test_support.hpp"
 
+using dsv32::test::check_error;
 using dsv32::test::TempDir;
 
 namespace {
@@ -27,19 +28,6 @@ void write_file(const fs::path& p, std::string_view bytes) {
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
 
-// Runs f, which must throw dsv32::Error of `kind` whose message holds every piece of `parts`.
-template <class F>
-void check_error(F&& f, dsv32::ErrorKind kind, std::initializer_list<std::string_view> parts) {
-  try {
-    f();
-    FAIL("expected dsv32::Error(", std::string(dsv32::to_string(kind)), ") but nothing was thrown");
-  } catch (const dsv32::Error& e) {
-    const std::string what = e.what();
-    INFO("message: ", what);
-    CHECK(std::string(dsv32::to_string(e.kind())) == dsv32::to_string(kind));
-    for (std::string_view p : parts) CHECK_MESSAGE(what.find(p) != std::string::npos, "missing: ", p);
-  }
-}
 
 }  // namespace
 

@@ -22,6 +22,7 @@
 #include <vector>
 #include "support/test_support.hpp"
 
+using dsv32::test::check_error;
 using dsv32::test::TempDir;
 
 namespace {
@@ -54,19 +55,6 @@ std::string raw_file(std::string_view header, std::string_view data = {}, std::o
   return out;
 }
 
-// Runs f, which must throw dsv32::Error of `kind` whose message holds every piece of `parts`.
-template <class F>
-void check_error(F&& f, ErrorKind kind, const std::vector<std::string>& parts) {
-  try {
-    f();
-    FAIL("expected dsv32::Error(", std::string(dsv32::to_string(kind)), ") but nothing was thrown");
-  } catch (const dsv32::Error& e) {
-    const std::string what = e.what();
-    INFO("message: ", what);
-    CHECK(std::string(dsv32::to_string(e.kind())) == dsv32::to_string(kind));
-    for (const std::string& p : parts) CHECK_MESSAGE(what.find(p) != std::string::npos, "missing: ", p);
-  }
-}
 
 // Writes the raw bytes to a file and checks that opening it fails with invalid_file naming the
 // file and each of `parts`.
