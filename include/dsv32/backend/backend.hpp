@@ -1,18 +1,18 @@
 /// \file
 /// \brief Backend tags, memory spaces, and the three traits every backend specializes:
-///        Memory<B> (allocation and copies), ExecutionContext<B> (stream, handles, workspace) and
-///        Kernels<B> (the operations the layers call).
+///        Memory<Backend> (allocation and copies), ExecutionContext<Backend> (stream, handles, workspace) and
+///        Kernels<Backend> (the operations the layers call).
 ///
 /// A backend is an empty tag type (CUTLASS style). Layer templates take it as a parameter and reach
 /// memory only through Memory<Backend> and computation only through Kernels<Backend>, passing the
 /// model's ExecutionContext<Backend> to every call, so a new backend plugs in without touching the
 /// layers. An unspecialized backend fails at compile time with a message that says so.
 ///
-/// Every backend names its **memory space** (`Memory<B>::space`): views of its memory
+/// Every backend names its **memory space** (`Memory<Backend>::space`): views of its memory
 /// (MatrixView<T, Space>, VectorView<T, Space>, WeightView<Space>) carry that type, so memory of one
 /// space cannot be handed to code expecting another — a kernel of another backend, or an observer
 /// that reads host memory — without an explicit copy. The host's space is Host; a backend whose
-/// memory the host can read directly (Cpu) uses Host as its space (`Memory<B>::host_visible`).
+/// memory the host can read directly (Cpu) uses Host as its space (`Memory<Backend>::host_visible`).
 /// See docs/backends.md ("Writing a backend").
 #pragma once
 

@@ -4,10 +4,12 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dsv32/backend/backend.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/core/dtype.hpp"
+#include "dsv32/core/tensor.hpp"
 
 namespace dsv32 {
 
@@ -28,9 +30,16 @@ struct WeightView {
 
   /// \brief Columns of the scale matrix.
   constexpr std::int64_t scale_cols() const noexcept { return (in + kBlockSize - 1) / kBlockSize; }
+  /// \brief Weights of another memory space do not convert (a compile-time error says so).
+  template <class S2>
+    requires(!std::is_same_v<S2, Space>)
+  operator WeightView<S2>() const {  // NOLINT(google-explicit-constructor): exists to fail with a message
+    detail::refuse_space_conversion<Space, S2>();
+    return {};
+  }
 };
 
-/// \brief The gate's routing fields, as Kernels<B>::route() takes them (from the config).
+/// \brief The gate's routing fields, as Kernels<Backend>::route() takes them (from the config).
 struct RoutingParams {
   ScoreFunc score_func = ScoreFunc::sigmoid;  ///< score_func
   std::int64_t n_groups = 1;                  ///< n_expert_groups; must divide the number of experts

@@ -98,6 +98,11 @@ struct ModelArgs {
     auto need = [&](bool ok, const char* what) { DSV32_CHECK(ok, invalid_config, source, ": ", what); };
     need(vocab_size > 0 && dim > 0 && inter_dim > 0 && moe_inter_dim > 0 && n_layers > 0 && n_heads > 0,
          "vocab_size, dim, inter_dim, moe_inter_dim, n_layers and n_heads must be > 0");
+    constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;  // far above any DeepSeek size; keeps products in 64 bits
+    for (const std::int64_t v : {vocab_size, dim, inter_dim, moe_inter_dim, n_layers, n_heads, n_routed_experts,
+                                 n_shared_experts, n_activated_experts, n_expert_groups, q_lora_rank, kv_lora_rank,
+                                 qk_nope_head_dim, qk_rope_head_dim, v_head_dim, index_n_heads, index_head_dim, index_topk})
+      need(v <= kMaxDim, "every size field must be <= 2^24 (16,777,216)");
     need(n_dense_layers >= 0 && n_dense_layers <= n_layers, "n_dense_layers must be in [0, n_layers]");
     need(n_routed_experts > 0 && n_shared_experts >= 0, "n_routed_experts must be > 0, n_shared_experts >= 0");
     need(n_activated_experts > 0 && n_activated_experts <= n_routed_experts,

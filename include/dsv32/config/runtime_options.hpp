@@ -44,6 +44,10 @@ struct RuntimeOptions {
   void validate(const std::string& source = "runtime options") const {
     DSV32_CHECK(max_batch_size >= 1, invalid_config, source, ": max_batch_size must be >= 1, got ", max_batch_size);
     DSV32_CHECK(max_seq_len >= 1, invalid_config, source, ": max_seq_len must be >= 1, got ", max_seq_len);
+    DSV32_CHECK(max_seq_len <= 0x7fffffff, invalid_config, source,
+                ": max_seq_len must be <= 2^31 - 1 (positions are 32-bit), got ", max_seq_len);
+    DSV32_CHECK(max_batch_size <= (std::int64_t{1} << 24), invalid_config, source,
+                ": max_batch_size must be <= 2^24, got ", max_batch_size);
     DSV32_CHECK(max_tokens_per_call >= 0, invalid_config, source, ": max_tokens_per_call must be >= 0 (0: max_seq_len), got ",
                 max_tokens_per_call);
     DSV32_CHECK(original_seq_len >= 1, invalid_config, source, ": original_seq_len must be >= 1, got ", original_seq_len);

@@ -218,6 +218,7 @@ class TableWriter {
   constexpr void emit(std::string_view module, std::string_view leaf, std::string_view hf_module,
                       std::string_view hf_leaf, TensorRole role, ModelPart part, DType dtype, Shape shape, Shape local,
                       TensorSharding sharding, Reduce reduce) {
+    (void)elements(shape[0], shape.rank() > 1 ? shape[1] : 1);  // a shape no machine holds: an error, not a wrap
     TensorSpec t;
     t.module = module;
     t.leaf = leaf;

@@ -36,7 +36,7 @@ class CommunicatorBase {
   virtual int world_size() const = 0;
   /// \brief This process's (or thread's) rank.
   virtual int rank() const = 0;
-  /// \brief The name of the memory space its collectives read and write (`Memory<B>::space::name`).
+  /// \brief The name of the memory space its collectives read and write (`Memory<Backend>::space::name`).
   virtual const char* space_name() const = 0;
 };
 
@@ -61,6 +61,7 @@ class Communicator : public CommunicatorBase {
   /// \brief Copies rank `root`'s `data` into every rank's `data`.
   virtual void broadcast(ExecutionContext<Backend>& ctx, VectorView<std::byte, space> data, int root) = 0;
 
+  /// \brief The name of `Backend`'s memory space.
   const char* space_name() const final { return space::name; }
 };
 

@@ -6,7 +6,7 @@
 /// model's weight arena). Kernels see views: MatrixView<T, Space> (pointer, rows, columns, row
 /// stride) and VectorView<T, Space> (pointer, size), where Space is the backend's memory space
 /// (Host for the CPU backend). A view of one space does not convert to a view of another: reading
-/// backend memory on the host takes an explicit copy (Memory<B>::copy_to_host_async()).
+/// backend memory on the host takes an explicit copy (Memory<Backend>::copy_to_host_async()).
 #pragma once
 
 #include <algorithm>
@@ -28,6 +28,20 @@ namespace dsv32 {
 
 /// \addtogroup core
 /// @{
+
+/// \brief The product of non-negative sizes, checked: a product past 2^63 - 1 (a plan or shape no
+///        machine could hold, usually from absurd limits or a hostile config) throws instead of wrapping.
+/// \throws Error(invalid_argument) on overflow or a negative size
+template <class... Sizes>
+constexpr std::int64_t elements(Sizes... sizes) {
+  std::int64_t n = 1;
+  for (const std::int64_t s : {static_cast<std::int64_t>(sizes)...}) {
+    if (s < 0) fail(ErrorKind::invalid_argument, "negative size ", s);
+    if (__builtin_mul_overflow(n, s, &n))
+      fail(ErrorKind::invalid_argument, "a size product overflows 64 bits (limits or shapes far beyond any machine)");
+  }
+  return n;
+}
 
 /// \brief A tensor shape of rank 0 to 4.
 class Shape {
@@ -99,7 +113,7 @@ constexpr void refuse_space_conversion() {
 /// backend's memory is dereferenced only by that backend's kernels; host code dereferences only
 /// views whose Space is Host.
 /// \tparam T     element type; `const T` for a read-only view
-/// \tparam Space memory space (Host, or a backend's `Memory<B>::space`)
+/// \tparam Space memory space (Host, or a backend's `Memory<Backend>::space`)
 template <class T, class Space = Host>
 struct MatrixView {
   using space = Space;  ///< the memory space the pointer addresses
@@ -144,7 +158,7 @@ struct MatrixView {
 
 /// \brief A non-owning contiguous array view in one memory space.
 /// \tparam T     element type; `const T` for a read-only view
-/// \tparam Space memory space (Host, or a backend's `Memory<B>::space`)
+/// \tparam Space memory space (Host, or a backend's `Memory<Backend>::space`)
 template <class T, class Space = Host>
 struct VectorView {
   using space = Space;  ///< the memory space the pointer addresses
@@ -330,7 +344,7 @@ class Tensor {
 };
 
 /// \brief Host memory a backend can copy to and from asynchronously (page-locked on device backends,
-///        Memory<B>::allocate_pinned()); plain host memory the calling thread reads and writes.
+///        Memory<Backend>::allocate_pinned()); plain host memory the calling thread reads and writes.
 /// \tparam T element type (trivially copyable)
 /// \tparam Backend the backend whose asynchronous copies use it
 template <class T, class Backend>

@@ -29,8 +29,8 @@ struct BlockScratch {
   /// \brief Calls `r(tensor, elements)` with each buffer's largest size under `l`.
   template <class R>
   void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
-    r(x, l.tokens() * a.dim);
-    r(attn, l.tokens() * a.dim);
+    r(x, elements(l.tokens(), a.dim));
+    r(attn, elements(l.tokens(), a.dim));
     mla.reserve(r, a, l);
     if (a.n_dense_layers > 0) mlp.reserve(r, a, l);
     if (a.n_layers > a.n_dense_layers) moe.reserve(r, a, l);

@@ -26,7 +26,7 @@ struct ForwardLimits {
   int world_size = 1;          ///< model-parallel ranks (local head and hidden counts)
 
   /// \brief Rows of a pass's activations: batch * seq.
-  constexpr std::int64_t tokens() const noexcept { return batch * seq; }
+  constexpr std::int64_t tokens() const { return elements(batch, seq); }
   /// \brief The limits of a model with these options on `world` ranks.
   static ForwardLimits of(const RuntimeOptions& o, int world = 1) {
     return ForwardLimits{o.max_batch_size, o.tokens_per_call(), o.max_seq_len, world};
@@ -54,12 +54,12 @@ struct IndexerScratch {
   template <class R>
   void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
     const std::int64_t T = l.tokens(), H = a.index_n_heads, D = a.index_head_dim;
-    r(q, T * H * D);
-    r(k, T * D);
-    r(w, T * H);
-    r(q_codes, T * H * D);
-    r(q_scale, T * H * (D / kBlockSize));
-    r(selection.positions, T * a.index_topk);
+    r(q, elements(T, H, D));
+    r(k, elements(T, D));
+    r(w, elements(T, H));
+    r(q_codes, elements(T, H, D));
+    r(q_scale, elements(T, H, D / kBlockSize));
+    r(selection.positions, elements(T, a.index_topk));
     r(selection.count, T);
   }
 };

@@ -38,13 +38,13 @@ struct MlaScratch {
   void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
     const std::int64_t T = l.tokens(), H = a.n_heads / l.world_size, C = a.kv_lora_rank;
     const std::int64_t qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-    r(q_a, T * a.q_lora_rank);
-    r(q, T * H * qk);
-    r(kv_a, T * (C + a.qk_rope_head_dim));
-    r(keys, l.seq > 1 ? l.positions * H * (a.qk_nope_head_dim + a.v_head_dim) : 0);
-    r(q_lat, l.batch * H * C);
-    r(o_lat, l.batch * H * C);
-    r(o, T * H * a.v_head_dim);
+    r(q_a, elements(T, a.q_lora_rank));
+    r(q, elements(T, H, qk));
+    r(kv_a, elements(T, C + a.qk_rope_head_dim));
+    r(keys, l.seq > 1 ? elements(l.positions, H, a.qk_nope_head_dim + a.v_head_dim) : 0);
+    r(q_lat, elements(l.batch, H, C));
+    r(o_lat, elements(l.batch, H, C));
+    r(o, elements(T, H, a.v_head_dim));
     indexer.reserve(r, a, l);
   }
 };

@@ -30,8 +30,8 @@ struct MlpScratch {
     std::int64_t inter = 0;
     if (dense) inter = std::max(inter, a.inter_dim / l.world_size);
     if (moe) inter = std::max({inter, a.moe_inter_dim, a.n_shared_experts * a.moe_inter_dim / l.world_size});
-    r(h1, l.tokens() * inter);
-    r(h3, l.tokens() * inter);
+    r(h1, elements(l.tokens(), inter));
+    r(h3, elements(l.tokens(), inter));
   }
 };
 

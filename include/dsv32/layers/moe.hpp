@@ -41,17 +41,17 @@ struct MoeScratch {
   template <class R>
   void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
     const std::int64_t T = l.tokens(), k = a.n_activated_experts, local = a.n_routed_experts / l.world_size;
-    r(logits, T * a.n_routed_experts);
-    r(weights, T * k);
-    r(experts, T * k);
-    r(rows, T * k);
-    r(row_weights, T * k);
+    r(logits, elements(T, a.n_routed_experts));
+    r(weights, elements(T, k));
+    r(experts, elements(T, k));
+    r(rows, elements(T, k));
+    r(row_weights, elements(T, k));
     r(offsets, local + 1);
     r(host_offsets, local + 1);
-    r(sum, T * a.dim);
-    r(xe, T * a.dim);
-    r(ye, T * a.dim);
-    r(shared, a.n_shared_experts > 0 ? T * a.dim : 0);
+    r(sum, elements(T, a.dim));
+    r(xe, elements(T, a.dim));
+    r(ye, elements(T, a.dim));
+    r(shared, a.n_shared_experts > 0 ? elements(T, a.dim) : 0);
     mlp.reserve(r, a, l);
   }
 };

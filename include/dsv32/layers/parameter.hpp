@@ -63,11 +63,9 @@ class Parameter {
   std::size_t bytes() const noexcept { return static_cast<std::size_t>(numel()) * dtype_size(dtype()); }
   /// \brief Whether memory is bound (allocated, copied, borrowed or filled).
   bool loaded() const noexcept { return loaded_; }
-  /// \brief Whether the memory is borrowed (a mapped file, or a slice of the model's weight arena)
-  ///        rather than owned by the parameter itself.
-  bool borrowed() const noexcept { return buffer_.borrowed(); }
-  /// \brief Whether the memory is borrowed host memory of a mapped file (not the model's arena).
-  bool mapped() const noexcept { return mapped_; }
+  /// \brief Whether the memory is host memory borrowed in place (a memory-mapped file) rather than
+  ///        backend memory of its own or of the model's weight arena.
+  bool borrowed() const noexcept { return mapped_; }
 
   /// \brief Whether a file tensor of dtype `file` can be loaded: the same dtype, or BF16 into an
   ///        F32 parameter (widened exactly, as the reference does for norms).

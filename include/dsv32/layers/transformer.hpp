@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -18,6 +20,7 @@
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/runtime_options.hpp"
+#include "dsv32/config/tensor_table.hpp"
 #include "dsv32/layers/block.hpp"
 #include "dsv32/layers/context.hpp"
 #include "dsv32/layers/linear.hpp"
@@ -76,6 +79,21 @@ struct MemoryPlan {
   std::size_t total() const noexcept { return weights + caches + rope_tables + scratch; }
 };
 
+/// \brief "12.3 GiB"-style byte count.
+inline std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024.0 && u < 4) {
+    bytes /= 1024.0;
+    ++u;
+  }
+  std::ostringstream os;
+  os.setf(std::ios::fixed);
+  os.precision(u ? 2 : 0);
+  os << bytes << ' ' << units[u];
+  return os.str();
+}
+
 /// \brief Everything one forward pass writes besides the caches, reserved once when the weights are
 ///        loaded (so that a decode step allocates nothing) and counted by the memory plan.
 template <class Backend>
@@ -93,12 +111,12 @@ struct ForwardScratch {
   template <class R>
   void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
     const std::int64_t T = l.tokens(), local_vocab = a.vocab_size / l.world_size;
-    r(h, T * a.dim);
-    r(residual, T * a.dim);
+    r(h, elements(T, a.dim));
+    r(residual, elements(T, a.dim));
     r(tokens, T);
-    r(logits, l.batch * local_vocab);
-    r(gathered, l.world_size > 1 ? l.batch * a.vocab_size : 0);
-    r(reduce, l.world_size > 1 ? T * a.dim : 0);
+    r(logits, elements(l.batch, local_vocab));
+    r(gathered, l.world_size > 1 ? elements(l.batch, a.vocab_size) : 0);
+    r(reduce, l.world_size > 1 ? elements(T, a.dim) : 0);
     blocks.reserve(r, a, l);
   }
 };
@@ -110,19 +128,19 @@ struct ForwardScratch {
 inline MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int world = 1, int rank = 0) {
   MemoryPlan m;
   for_each_tensor(a, [&](const TensorSpec& t) {
-    const std::size_t bytes = t.local_bytes() * static_cast<std::size_t>(t.count);
+    const std::size_t bytes = static_cast<std::size_t>(elements(t.local_numel(), dtype_size(t.dtype), t.count));
     m.weight_bytes[t.dtype] += bytes;
     m.weights += bytes;
     m.tensors += t.count;
     if (t.counts_as_parameter()) m.parameters += t.local_numel() * t.count;
   }, TableMode::patterns, world, rank);
   m.cache_bytes_per_token = static_cast<std::size_t>(a.n_layers) * mla_cache_bytes_per_token(a);
-  m.caches = m.cache_bytes_per_token * static_cast<std::size_t>(o.max_batch_size) * static_cast<std::size_t>(o.max_seq_len);
-  m.rope_tables = static_cast<std::size_t>(o.max_seq_len) * static_cast<std::size_t>(a.qk_rope_head_dim) * sizeof(float);
+  m.caches = static_cast<std::size_t>(elements(m.cache_bytes_per_token, o.max_batch_size, o.max_seq_len));
+  m.rope_tables = static_cast<std::size_t>(elements(o.max_seq_len, a.qk_rope_head_dim, sizeof(float)));
   ForwardScratch<Cpu> scratch;  // nothing is allocated: the reservation is only counted
   scratch.reserve([&]<class Buffer>(Buffer&, std::int64_t n) {
     if constexpr (requires(Buffer& b) { b.mat(); })  // backend tensors, not pinned host buffers
-      m.scratch += static_cast<std::size_t>(n) * sizeof(*std::declval<Buffer&>().data());
+      m.scratch += static_cast<std::size_t>(elements(n, sizeof(*std::declval<Buffer&>().data())));
   }, a, ForwardLimits::of(o, world));
   return m;
 }
@@ -228,6 +246,8 @@ class Transformer {
   ///         to have it written into the arena; consulted only where Memory<Backend>::host_visible
   /// \tparam Write callable as `write(const Parameter<Backend>&, WeightUploader<Backend>&, void* dst)`:
   ///         writes the parameter's bytes() bytes to backend memory `dst` through the uploader
+  /// \param borrow        decides, per parameter, whether it is used in place from host memory
+  /// \param write         writes a parameter's bytes into its slice of the arena
   /// \param staging_bytes the uploader's pinned staging size (device backends)
   template <class Borrow, class Write>
   void load_weights(Borrow&& borrow, Write&& write, std::size_t staging_bytes = WeightUploader<Backend>::kDefaultStagingBytes) {

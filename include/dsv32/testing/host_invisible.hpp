@@ -93,20 +93,31 @@ struct Memory<testing::HostInvisible> {
   static constexpr bool host_visible = false;  ///< the host cannot read it (no borrowing of host memory)
   static constexpr std::size_t alignment = 64;  ///< bytes
 
-  /// \brief `bytes` bytes of uninitialized memory, as a tagged pointer; counted by allocations().
+  /// \brief `bytes` bytes of uninitialized memory, as a tagged pointer; counted by allocations() and
+  ///        live_bytes().
   static void* allocate(std::size_t bytes) {
     if (bytes == 0) return nullptr;
-    void* p = std::aligned_alloc(alignment, (bytes + alignment - 1) / alignment * alignment);
+    // one alignment-sized header in front holds the size, for live_bytes()
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(alignment, alignment + (bytes + alignment - 1) / alignment * alignment));
     if (!p) throw std::bad_alloc();
+    std::memcpy(p, &bytes, sizeof bytes);
     counter().fetch_add(1, std::memory_order_relaxed);
-    return testing::tag(p);
+    live().fetch_add(bytes, std::memory_order_relaxed);
+    return testing::tag(p + alignment);
   }
   /// \brief Frees memory from allocate().
   static void deallocate(void* p) noexcept {
-    if (p) std::free(reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(p) - testing::kHostInvisibleTag));
+    if (!p) return;
+    auto* real = reinterpret_cast<std::byte*>(reinterpret_cast<std::uintptr_t>(p) - testing::kHostInvisibleTag) - alignment;
+    std::size_t bytes = 0;
+    std::memcpy(&bytes, real, sizeof bytes);
+    live().fetch_sub(bytes, std::memory_order_relaxed);
+    std::free(real);
   }
   /// \brief How many allocate() calls returned memory so far, in this process.
   static std::uint64_t allocations() noexcept { return counter().load(std::memory_order_relaxed); }
+  /// \brief Bytes allocated and not yet freed, in this process (the backend's "device memory" in use).
+  static std::uint64_t live_bytes() noexcept { return live().load(std::memory_order_relaxed); }
   /// \brief Host memory for staged copies (plain host memory, not tagged).
   static void* allocate_pinned(std::size_t bytes) { return Memory<Cpu>::allocate(bytes); }
   /// \brief Frees memory from allocate_pinned().
@@ -152,6 +163,10 @@ struct Memory<testing::HostInvisible> {
 
  private:
   static std::atomic<std::uint64_t>& counter() noexcept {
+    static std::atomic<std::uint64_t> n{0};
+    return n;
+  }
+  static std::atomic<std::uint64_t>& live() noexcept {
     static std::atomic<std::uint64_t> n{0};
     return n;
   }

@@ -28,7 +28,7 @@ struct ExecutionContext<Cpu> {
 /// \brief CPU memory: 64-byte aligned host allocations; copies are memcpy, "asynchronous" copies
 ///        complete at once, and synchronize() only counts.
 ///
-/// Every backend's Memory<B> provides the members below with the same meaning (see docs/backends.md):
+/// Every backend's Memory<Backend> provides the members below with the same meaning (see docs/backends.md):
 /// the memory space and whether the host can read it, counted allocation, zero-fill and copies (the
 /// synchronous ones for loading and tests; forward() uses only the `_async` forms on its context and
 /// synchronize()), and pinned host buffers for staged copies.
