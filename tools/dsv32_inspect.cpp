@@ -2,7 +2,7 @@
 // per dtype, KV and indexer cache bytes per token and the memory plan for a batch and sequence
 // length — and whether a checkpoint holds exactly the tensors that config needs.
 //
-//   dsv32-inspect --preset NAME | --config FILE [--batch B] [--seq-len L] [--world-size W] [--json]
+//   dsv32-inspect --preset NAME | --config FILE [--batch B] [--seq-len L] [--tokens-per-call N] [--world-size W] [--json]
 //   dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
 //   dsv32-inspect --list-presets
 //
@@ -49,7 +49,7 @@ using dsv32::RuntimeOptions;
 using Json = nlohmann::ordered_json;
 
 constexpr const char* kUsage = R"(usage:
-  dsv32-inspect (--preset NAME | --config FILE) [--batch B] [--seq-len L] [--world-size W] [--json]
+  dsv32-inspect (--preset NAME | --config FILE) [--batch B] [--seq-len L] [--tokens-per-call N] [--world-size W] [--json]
   dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
   dsv32-inspect --list-presets [--json]
 
@@ -65,6 +65,8 @@ With --checkpoint, checks that a checkpoint holds exactly the config's tensors i
   --batch B           max_batch_size the caches are sized for (default: the config.json's, else 8)
   --seq-len L         max_seq_len the caches and RoPE tables are sized for (default: the config.json's,
                       else 16384)
+  --tokens-per-call N max_tokens_per_call: tokens per sequence one forward pass computes (longer
+                      prompts run in passes); sizes the forward scratch (default: max_seq_len)
   --world-size W      model-parallel ranks; figures are per rank (default 1; with --checkpoint: the
                       world size of the model{rank}-mp{world}.safetensors files found)
   --checkpoint PATH   a checkpoint directory in the reference's converted format (config.json and
@@ -95,7 +97,7 @@ template <class... Args>
 
 struct Args {
   std::string preset, config, checkpoint;
-  std::optional<std::int64_t> batch, seq_len;
+  std::optional<std::int64_t> batch, seq_len, tokens_per_call;
   std::optional<int> world_size;
   std::size_t limit = 10;
   bool all = false, json = false, list_presets = false, help = false;
@@ -141,6 +143,7 @@ Args parse_args(int argc, char** argv) {
     else if (flag == "--checkpoint") a.checkpoint = value();
     else if (flag == "--batch") a.batch = parse_int(flag, value(), 1, kMaxBatch);
     else if (flag == "--seq-len") a.seq_len = parse_int(flag, value(), 1, kMaxSeqLen);
+    else if (flag == "--tokens-per-call") a.tokens_per_call = parse_int(flag, value(), 1, kMaxSeqLen);
     else if (flag == "--world-size") a.world_size = static_cast<int>(parse_int(flag, value(), 1, kMaxWorld));
     else if (flag == "--limit") a.limit = static_cast<std::size_t>(parse_int(flag, value(), 0, 1 << 30));
     else usage_error("unknown argument '", argv[i], "'");
@@ -149,8 +152,8 @@ Args parse_args(int argc, char** argv) {
   if (!a.preset.empty() && !a.config.empty()) usage_error("give --preset or --config, not both");
   if (a.checkpoint.empty() && a.preset.empty() && a.config.empty())
     usage_error("nothing to inspect: give --preset NAME, --config FILE or --checkpoint PATH");
-  if (!a.checkpoint.empty() && (a.batch || a.seq_len))
-    usage_error("--batch and --seq-len size the memory plan; with --checkpoint no plan is printed");
+  if (!a.checkpoint.empty() && (a.batch || a.seq_len || a.tokens_per_call))
+    usage_error("--batch, --seq-len and --tokens-per-call size the memory plan; with --checkpoint no plan is printed");
   return a;
 }
 
@@ -324,6 +327,7 @@ ConfigReport inspect_config(const ResolvedConfig& config, const Args& args) {
   r.options = config.args.runtime;
   if (args.batch) r.options.max_batch_size = *args.batch;
   if (args.seq_len) r.options.max_seq_len = *args.seq_len;
+  if (args.tokens_per_call) r.options.max_tokens_per_call = *args.tokens_per_call;
   r.options.validate();
   r.world_size = args.world_size.value_or(1);
   const ModelArgs& a = config.args;

@@ -61,6 +61,15 @@ if(CASE STREQUAL "preset_671b")
   json_expect("${out}" 38403822336 parameters activated)
   json_expect("${out}" 78324 cache_bytes_per_token all_layers)
   json_expect("${out}" 1283260416 memory_plan caches)  # 16384 x 78,324
+  # Smaller passes shrink only the forward scratch.
+  string(JSON scratch_full GET "${out}" memory_plan scratch)
+  inspect(RC 0 ARGS --preset ${preset_671b} --batch 1 --seq-len 16384 --tokens-per-call 512 --json)
+  json_expect("${out}" 512 memory_plan tokens_per_call)
+  json_expect("${out}" 1283260416 memory_plan caches)
+  string(JSON scratch_512 GET "${out}" memory_plan scratch)
+  if(NOT scratch_512 LESS scratch_full)
+    message(FATAL_ERROR "scratch for 512-token passes (${scratch_512}) not below one-pass scratch (${scratch_full})")
+  endif()
   json_expect("${out}" "tensor table" weights source)
   # Per rank: 8 ranks split heads, experts, dense MLPs and vocabulary; caches are per rank in full.
   inspect(RC 0 ARGS --preset=${preset_671b} --world-size=8 --json)
