@@ -40,7 +40,7 @@ namespace {
 using Tokens = std::vector<std::int32_t>;
 
 // The embedded default model: the shape of the golden FP8 scenarios at dim 128, with the released
-// model's vocabulary (129280) so that the DeepSeek-V3 tokenizer's ids all fit and text and chat
+// model's vocabulary (129280) so that the DeepSeek tokenizers' ids all fit and text and chat
 // modes work out of the box. Random weights: 97 MiB, about 1 s to initialize and a few ms per
 // token on one core. (A smaller vocabulary would be faster but could not run text modes.)
 struct EmbeddedDefault : dsv32::TinyFp8Ue8m0Yarn {

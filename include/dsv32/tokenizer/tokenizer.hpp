@@ -1,6 +1,6 @@
 /// \file
 /// \brief dsv32::Tokenizer — text to token ids and back, as the Hugging Face `tokenizers` library
-///        does for DeepSeek-V3's `tokenizer.json` — and dsv32::StreamDecoder for streaming output.
+///        does for DeepSeek's `tokenizer.json` (V3, V3.2-Exp) — and dsv32::StreamDecoder for streaming output.
 ///
 /// Encoding runs: UTF-8 check -> added tokens (bos, `<｜User｜>`, ...) cut out of the text ->
 /// pre-tokenizer regex splits -> byte-level BPE per piece. Decoding maps each id to its bytes
