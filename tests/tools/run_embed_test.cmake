@@ -39,9 +39,12 @@ expect("${out}" "^tiny_bf16:${eight_tokens}\n5 prompt tokens, 8 generated")
 # With the tokenizer component (installed with dsv32 when PCRE2 is present): text in, text out.
 file(GLOB_RECURSE tokenizer_targets "${prefix}/*/dsv32TokenizerTargets.cmake")
 if(tokenizer_targets)
-  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3" "What is 2+2?")
+  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3_2_exp" "What is 2+2?")
   message(STATUS "embed with tokenizer: ${out}")
-  # bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>: 10 prompt tokens
+  # DeepSeek-V3.2-Exp's template: bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>, </think>
+  expect("${out}" "^my-small-moe:.*\n11 prompt tokens, [0-9]+ generated")
+  # DeepSeek-V3's: bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>
+  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3" "What is 2+2?")
   expect("${out}" "^my-small-moe:.*\n10 prompt tokens, [0-9]+ generated")
 endif()
 
