@@ -46,7 +46,8 @@ TEST_CASE("Error: kind, to_string and the 'dsv32 [kind]: message' format") {
   const std::pair<ErrorKind, const char*> kinds[] = {
       {ErrorKind::invalid_argument, "invalid_argument"}, {ErrorKind::invalid_config, "invalid_config"},
       {ErrorKind::invalid_file, "invalid_file"},         {ErrorKind::io, "io"},
-      {ErrorKind::unsupported, "unsupported"},           {ErrorKind::state, "state"}};
+      {ErrorKind::unsupported, "unsupported"},           {ErrorKind::state, "state"},
+      {ErrorKind::out_of_memory, "out_of_memory"}};
   for (const auto& [kind, name] : kinds) {
     CAPTURE(name);
     CHECK(std::string(dsv32::to_string(kind)) == name);

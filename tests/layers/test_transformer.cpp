@@ -461,3 +461,24 @@ TEST_CASE("Transformer::init_random is deterministic in its seed") {
   for (int i = 0; i < 96; ++i) mean += norm[i] / 96.0;
   CHECK(std::fabs(mean - 1.0) < 0.1);
 }
+
+TEST_CASE("Transformer: a memory plan the machine cannot hold is refused before anything is allocated") {
+  // caches for 2^16 sequences of 2^16 positions (terabytes; each option within its bounds) at load:
+  // refused with both figures, nothing left loaded
+  dsv32::RuntimeOptions wide = tiny_options();
+  wide.max_batch_size = std::int64_t{1} << 16;
+  wide.max_seq_len = std::int64_t{1} << 16;
+  dsv32::Transformer<TinyBf16> m(wide);
+  const std::string load = error_of([&] { m.init_random(1); }, ErrorKind::out_of_memory);
+  CHECK(contains(load, "the model needs "));
+  CHECK(contains(load, "of cpu memory for its weights ("));
+  CHECK(contains(load, "caches ("));
+  CHECK(contains(load, "are available; lower max_batch_size, max_seq_len or max_tokens_per_call"));
+  CHECK(contains(load, "forward scratch ("));
+  CHECK_FALSE(m.ready());
+  int loaded = 0;
+  m.visit([&](const std::string&, Param& p) { loaded += p.loaded(); });
+  CHECK(loaded == 0);
+  const std::string call = error_of([&] { m.forward(random_tokens(3, 1), 1, 0); }, ErrorKind::state);
+  CHECK(contains(call, "not loaded"));
+}

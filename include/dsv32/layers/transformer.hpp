@@ -178,7 +178,9 @@ class Transformer {
         embed_(store_, "embed", parallel_.rank),
         norm_(store_, "norm"),
         head_(store_, "head"),
-        rope_(Config::qk_rope_head_dim, options_),
+        rope_((require_memory(plan_memory(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank).rope_tables,
+                              "its RoPE tables"),
+               RopeTable<Backend>(Config::qk_rope_head_dim, options_))),
         filled_(static_cast<std::size_t>(options_.max_batch_size), 0) {
     layers_.reserve(static_cast<std::size_t>(Config::n_layers));
     for (int i = 0; i < Config::n_layers; ++i) layers_.emplace_back(store_, i, options_, parallel_);
@@ -186,6 +188,10 @@ class Transformer {
   }
   Transformer(const Transformer&) = delete;
   Transformer& operator=(const Transformer&) = delete;
+  /// \brief Moves the model (its layers keep pointing at the same parameters: they live on the heap).
+  Transformer(Transformer&&) noexcept = default;
+  /// \brief Replaces this model with `other`'s.
+  Transformer& operator=(Transformer&&) noexcept = default;
 
   /// \brief The runtime options the model was built with.
   const RuntimeOptions& options() const noexcept { return options_; }
@@ -228,6 +234,9 @@ class Transformer {
   template <class LoadOne>
   void load_weights(LoadOne&& load) {
     try {
+      release_weights();
+      const MemoryPlan plan = memory_plan();  // the loader allocates the weights itself
+      require_memory(plan.caches + plan.scratch, "its caches and forward scratch");
       visit([&](const std::string& name, Parameter<Backend>& p) { load(name, p); });
       check_loaded();
     } catch (...) {
@@ -268,6 +277,12 @@ class Transformer {
         copies.push_back(&p);
         arena_bytes += align(p.bytes());
       });
+      {
+        const MemoryPlan plan = memory_plan();
+        require_memory(arena_bytes + plan.caches + plan.scratch, "its weights (" + format_bytes(static_cast<double>(arena_bytes)) +
+                       " to copy), caches (" + format_bytes(static_cast<double>(plan.caches)) + ") and forward scratch (" +
+                       format_bytes(static_cast<double>(plan.scratch)) + ")");
+      }
       arena_.reset_uninitialized(arena_bytes);  // one allocation, no zero-fill: every byte is written next
       WeightUploader<Backend> uploader(exec_, staging_bytes);
       std::size_t offset = 0;
@@ -442,6 +457,15 @@ class Transformer {
         std::copy_n(gathered.data() + (r * R + i) * local_vocab, local_vocab,
                     out.values.data() + i * Config::vocab_size + r * local_vocab);
     return out;
+  }
+
+  // Refuses to allocate `bytes` of backend memory that the backend does not have available.
+  static void require_memory(std::size_t bytes, const std::string& what) {
+    const std::size_t available = Memory<Backend>::available_bytes();
+    DSV32_CHECK(bytes <= available, out_of_memory, "the model needs ", bytes, " bytes (", format_bytes(static_cast<double>(bytes)),
+                ") of ", Backend::name, " memory for ", what, ", but ", available, " bytes (",
+                format_bytes(static_cast<double>(available)), ") are available; lower max_batch_size, max_seq_len or "
+                "max_tokens_per_call (RuntimeOptions), or split the model over more ranks");
   }
 
   void check_loaded() {

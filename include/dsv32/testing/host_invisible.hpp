@@ -118,6 +118,8 @@ struct Memory<testing::HostInvisible> {
   static std::uint64_t allocations() noexcept { return counter().load(std::memory_order_relaxed); }
   /// \brief Bytes allocated and not yet freed, in this process (the backend's "device memory" in use).
   static std::uint64_t live_bytes() noexcept { return live().load(std::memory_order_relaxed); }
+  /// \brief Bytes available for new allocations (host memory: Memory<Cpu>::available_bytes()).
+  static std::size_t available_bytes() { return Memory<Cpu>::available_bytes(); }
   /// \brief Host memory for staged copies (plain host memory, not tagged).
   static void* allocate_pinned(std::size_t bytes) { return Memory<Cpu>::allocate(bytes); }
   /// \brief Frees memory from allocate_pinned().

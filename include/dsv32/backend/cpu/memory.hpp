@@ -2,8 +2,12 @@
 /// \brief Host memory and the execution context of the CPU backend.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdint>
+#include <fstream>
+#include <string>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -57,6 +61,20 @@ struct Memory<Cpu> {
   /// \brief How many allocate() calls returned memory so far, in this process (tests check that a
   ///        decode step allocates nothing).
   static std::uint64_t allocations() noexcept { return allocation_counter().load(std::memory_order_relaxed); }
+
+  /// \brief Bytes of host memory available for new allocations: the kernel's MemAvailable estimate
+  ///        (free memory plus what it can reclaim without swapping), else the free physical pages.
+  ///        Models compare their memory plan with it before allocating caches and weights.
+  static std::size_t available_bytes() {
+    std::ifstream in("/proc/meminfo");
+    std::string key;
+    std::size_t kb = 0;
+    std::string unit;
+    while (in >> key >> kb >> unit)
+      if (key == "MemAvailable:") return kb * 1024;
+    const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : SIZE_MAX;
+  }
 
   /// \brief Host memory for staging copies (page-locked on device backends; plain memory here).
   static void* allocate_pinned(std::size_t bytes) { return allocate(bytes); }
