@@ -230,26 +230,8 @@ Arguments parse_arguments(int argc, char** argv) {
   return a;
 }
 
-Tokens parse_ids(const std::string& line, const std::string& where) {
-  std::string s = line;
-  for (char& c : s)
-    if (c == ',') c = ' ';
-  std::istringstream in(s);
-  Tokens out;
-  for (std::string word; in >> word;) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != word.size() || v < INT32_MIN || v > INT32_MAX)
-      throw std::runtime_error(where + ": '" + word + "' is not a token id");
-    out.push_back(static_cast<std::int32_t>(v));
-  }
-  return out;
-}
+// Token ids written as text: dsv32::parse_token_ids() (decimal ids separated by spaces or commas).
+Tokens parse_ids(const std::string& line, const std::string& where) { return dsv32::parse_token_ids(line, where); }
 
 std::string read_all(std::istream& in) {
   std::ostringstream os;
@@ -400,10 +382,14 @@ fs::path tokenizer_dir(const Arguments& a) {
                                         : std::string("no tokenizer: pass --tokenizer DIR"));
 }
 
-// Text of one token for streaming: ids the tokenizer lacks (a model's padding rows of the
-// vocabulary, which random weights do produce) print as U+FFFD.
+// Text of one token for streaming. An id the tokenizer lacks (the model's vocabulary has padding
+// rows past the tokenizer's, which random weights do produce) prints as U+FFFD, and standard error
+// says so: the text alone would not show that the model chose a token with no text.
 std::string piece(dsv32::StreamDecoder& stream, const dsv32::Tokenizer& tok, std::int32_t id) {
-  return tok.contains(id) ? stream.push(id) : stream.finish() + "\xEF\xBF\xBD";
+  if (tok.contains(id)) return stream.push(id);
+  std::cerr << "dsv32-generate: the model generated token id " << id << ", which is outside the tokenizer's "
+            << "vocabulary [0, " << tok.vocab_size() << ") or has no token there; shown as U+FFFD\n";
+  return stream.finish() + "\xEF\xBF\xBD";
 }
 
 int run_text(const Arguments& a) {

@@ -121,9 +121,9 @@ TEST_CASE("deepseek: invalid UTF-8 input is refused with its offset") {
 
 TEST_CASE("deepseek: unknown ids are refused by decode and the stream decoder") {
   CHECK_THROWS_WITH_AS((void)tokenizer().decode(Ids{19923, 128815}),
-                       "dsv32 [invalid_argument]: decode: token id 128815 at position 1 is out of range (vocab_size 128815)",
+                       "dsv32 [invalid_argument]: decode: token id 128815 at position 1 is outside the tokenizer's vocabulary [0, 128815)",
                        dsv32::Error);
-  CHECK_THROWS_WITH_AS((void)tokenizer().decode(Ids{-3}), doctest::Contains("token id -3 at position 0 is out of range"),
+  CHECK_THROWS_WITH_AS((void)tokenizer().decode(Ids{-3}), doctest::Contains("token id -3 at position 0 is outside the tokenizer's vocabulary [0, 128815)"),
                        dsv32::Error);
   auto decoder = tokenizer().stream_decoder();
   CHECK(decoder.push(28927).empty());
