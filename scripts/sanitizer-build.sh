@@ -11,7 +11,7 @@ set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 [ $# -ge 1 ] || { echo "usage: scripts/sanitizer-build.sh BUILD_DIR [TARGET...]" >&2; exit 2; }
 build="$1"; shift
-cxx="${DSV32_SANITIZER_CXX:-clang++-14}"
+cxx="${DSV32_SANITIZER_CXX:-clang++-14}"  # the clang of scripts/setup.sh
 command -v "$cxx" >/dev/null || { echo "sanitizer-build: $cxx not found (scripts/setup.sh installs it)" >&2; exit 1; }
 # -O1 -g: sanitizer reports with usable stacks, tests fast enough. OpenMP stays out: its runtime
 # is not instrumented, which ThreadSanitizer would report as races.
