@@ -7,9 +7,14 @@ set(_dsv32_generate_cases default_run golden_prompt_ids golden_batch_stdin bad_a
 if(TARGET dsv32_tokenizer)
   list(APPEND _dsv32_generate_cases chat_session text_prompt text_needs_vocabulary)
 endif()
+set(_dsv32_tokenize_arg "")
+if(TARGET dsv32-tokenize)  # the text modes' tests check their output against ids decoded by it
+  set(_dsv32_tokenize_arg "-DTOKENIZE=$<TARGET_FILE:dsv32-tokenize>")
+endif()
 foreach(case IN LISTS _dsv32_generate_cases)
   add_test(NAME dsv32_generate_${case}
            COMMAND "${CMAKE_COMMAND}" -DCASE=${case} -DTOOL=$<TARGET_FILE:dsv32-generate>
+                   ${_dsv32_tokenize_arg}
                    -DDATA=${PROJECT_SOURCE_DIR}/tests/data
                    -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/generate_tool/${case}
                    -P "${CMAKE_CURRENT_LIST_DIR}/tool_test.cmake")
@@ -17,6 +22,7 @@ foreach(case IN LISTS _dsv32_generate_cases)
   set_tests_properties(dsv32_generate_${case} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120)
 endforeach()
 unset(_dsv32_generate_cases)
+unset(_dsv32_tokenize_arg)
 
 # examples/demo.cpp (when the examples are built): runs out of the box, exit status 0; a prompt
 # outside the vocabulary fails with exit status 1 and dsv32::Error's message; a prompt that is not

@@ -66,6 +66,8 @@ TEST_CASE("deepseek: every case of encode_cases.json encodes to its ids and deco
 
 TEST_CASE("deepseek: reference_cases.json (made by the reference implementation)") {
   const auto& file = cases("reference_cases.json");
+  REQUIRE(file.at("encode").size() == 400);  // the loops below must not pass on a truncated file
+  REQUIRE(file.at("decode").size() == 200);
   for (const auto& c : file.at("encode")) {
     const std::string text = c.at("text");
     INFO("text: " << nlohmann::json(text).dump());
@@ -133,6 +135,7 @@ TEST_CASE("deepseek: unknown ids are refused by decode and the stream decoder") 
 
 TEST_CASE("deepseek: concurrent encoding from several threads gives the same ids") {
   const auto& all = cases("reference_cases.json").at("encode");
+  REQUIRE(all.size() == 400);
   std::vector<std::thread> threads;
   std::vector<int> mismatches(4, 0);
   for (int t = 0; t < 4; ++t) {
