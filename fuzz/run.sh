@@ -13,7 +13,8 @@
 #   TARGET          safetensors config hf_index token_ids tokenizer_files encode decode chat (default: all)
 #
 # Each target reads its growing corpus, its seeds and fuzz/regressions/TARGET (inputs that once
-# failed), with the dictionary fuzz/dict/TARGET.dict. Fuzzers run under `nice -n 19` (DSV32_FUZZ_NICE).
+# failed), with the dictionary fuzz/dict/TARGET.dict. Fuzzers run under `nice -n 19` (DSV32_FUZZ_NICE);
+# DSV32_FUZZ_ARGS adds libFuzzer flags (e.g. "-max_len=8192" to keep inputs small).
 # Exit status: 0 when no target found anything; 1 otherwise (the crashing inputs are in
 # WORK/artifacts/, named TARGET-crash-..., with libFuzzer's report in WORK/logs/TARGET.log).
 set -euo pipefail
@@ -57,7 +58,7 @@ run_one() {
   # -timeout: one input may take at most 30 s; -rss_limit_mb: ASan's shadow memory included.
   nice -n "${DSV32_FUZZ_NICE:-19}" "$exe" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 \
     -dict="$root/fuzz/dict/$t.dict" -artifact_prefix="$work/artifacts/$t-" -print_final_stats=1 \
-    "${dirs[@]}" >"$work/logs/$t.log" 2>&1
+    ${DSV32_FUZZ_ARGS:-} "${dirs[@]}" >"$work/logs/$t.log" 2>&1
 }
 
 status=0
