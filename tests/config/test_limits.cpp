@@ -52,8 +52,8 @@ TEST_CASE("limits: a shape field beyond 2^24 is refused, naming it (fuzz regress
 
 TEST_CASE("limits: fields each within bounds whose product of parameters is not are refused") {
   ModelArgs a = released();
-  a.dim = 1 << 20;  // x 128 heads x 128 v_head_dim x 61 layers alone: 1e15
-  a.inter_dim = 1 << 22;
+  a.dim = 1 << 20;        // each well below 2^24, but the dense MLPs alone hold
+  a.inter_dim = 1 << 23;  // 3 x dim x inter_dim x 61 layers = 1.6e15 parameters
   check_error([&] { a.validate("big.json"); }, ErrorKind::invalid_config,
               {"big.json: the config describes about ", "parameters, more than the 1.1259e+15 dsv32 accepts"});
 }
