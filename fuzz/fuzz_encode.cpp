@@ -9,6 +9,12 @@
 #include "deepseek_tokenizer.hpp"
 #include "fuzz_support.hpp"
 
+// Loading happens once, before fuzzing starts, so that libFuzzer's per-input timeout does not count it.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  (void)dsv32::fuzz::deepseek_tokenizer();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   using namespace dsv32;
   const Tokenizer& tok = fuzz::deepseek_tokenizer();

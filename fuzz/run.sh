@@ -55,8 +55,8 @@ run_one() {
   mkdir -p "$work/corpus/$t"
   local dirs=("$work/corpus/$t" "$build/fuzz/seeds/$t")
   [ -n "$(ls -A "$root/fuzz/regressions/$t" 2>/dev/null)" ] && dirs+=("$root/fuzz/regressions/$t")
-  # -timeout: one input may take at most 30 s; -rss_limit_mb: ASan's shadow memory included.
-  nice -n "${DSV32_FUZZ_NICE:-19}" "$exe" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 \
+  # -timeout: one input may take at most 60 s (a loaded machine, ASan); -rss_limit_mb: ASan's shadow memory included.
+  nice -n "${DSV32_FUZZ_NICE:-19}" "$exe" -max_total_time="$seconds" -timeout=60 -rss_limit_mb=4096 \
     -dict="$root/fuzz/dict/$t.dict" -artifact_prefix="$work/artifacts/$t-" -print_final_stats=1 \
     ${DSV32_FUZZ_ARGS:-} "${dirs[@]}" >"$work/logs/$t.log" 2>&1
 }
