@@ -166,7 +166,8 @@ elseif(CASE STREQUAL "bad_arguments")
   run(RC 2 ARGS --top-k -1 STDERR "--top-k expects an integer")
   run(RC 2 ARGS --seed x STDERR "--seed expects a non-negative integer")
   run(RC 2 ARGS --prompt-ids "1 2" --batch-file f STDERR "give one input")
-  run(RC 1 ARGS --prompt-ids "1 x" STDERR "'x' is not a token id")
+  run(RC 1 ARGS --prompt-ids "1 x" STDERR "--prompt-ids: 'x' \\(id 2\\) is not a token id: expected a decimal integer")
+  run(RC 1 ARGS --prompt-ids "1 -5" STDERR "'-5' \\(id 2\\) is not a token id")
   run(RC 1 ARGS --prompt-ids " " STDERR "a prompt holds no token ids")
   run(RC 1 ARGS --prompt-ids "1 999999" --max-new-tokens 1
       STDERR "prompt 0 token 1 is 999999, outside the vocabulary \\[0, 129280\\)")
@@ -198,18 +199,18 @@ elseif(CASE STREQUAL "chat_session")
   run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 4 --quiet INPUT "hello\n"
       STDOUT "^>>> [^\n]*\n>>> \n$")
   # The replies, greedy, are exactly what generating from the chat template's ids gives: the first
-  # turn; a turn after /clear (a fresh conversation); a second turn, whose prompt holds the first
-  # exchange (the reply as the assistant's message).
+  # turn; a turn after /clear (a fresh conversation); a second turn, whose prompt holds the exchange
+  # before it (the reply as the assistant's message).
   chat_ids("[{\"role\": \"user\", \"content\": \"hello\"}]" hello_ids)
   continuation("${hello_ids}" 8 reply_hello)
   chat_ids("[{\"role\": \"user\", \"content\": \"hi\"}]" hi_ids)
   continuation("${hi_ids}" 8 reply_hi)
   set(history "[]")
-  string(JSON history SET "${history}" 0 "{\"role\": \"user\", \"content\": \"hello\"}")
+  string(JSON history SET "${history}" 0 "{\"role\": \"user\", \"content\": \"hi\"}")
   string(JSON history SET "${history}" 1 "{\"role\": \"assistant\", \"content\": \"\"}")
-  json_string("${reply_hello}" reply_hello_json)
-  string(JSON history SET "${history}" 1 content "${reply_hello_json}")
-  string(JSON history SET "${history}" 2 "{\"role\": \"user\", \"content\": \"hi\"}")
+  json_string("${reply_hi}" reply_hi_json)
+  string(JSON history SET "${history}" 1 content "${reply_hi_json}")
+  string(JSON history SET "${history}" 2 "{\"role\": \"user\", \"content\": \"hello\"}")
   chat_ids("${history}" second_ids)
   continuation("${second_ids}" 8 reply_second)
   run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 8 --temperature 0 --quiet
