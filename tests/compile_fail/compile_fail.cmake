@@ -1,4 +1,5 @@
-# Each tests/compile_fail/*.cpp instantiates a config that breaks one invariant. The test builds it
+# Each tests/compile_fail/*.cpp instantiates a config that breaks one invariant, or hands memory of one
+# space to code of another (a backend's kernel, a host observer). The test builds it
 # (EXCLUDE_FROM_ALL target) and passes only if the compiler's output names the field, as the
 # static_assert message does. The expected field is written in the file as `// expect: <regex>`.
 file(GLOB DSV32_COMPILE_FAIL_SOURCES CONFIGURE_DEPENDS "${CMAKE_CURRENT_LIST_DIR}/*.cpp")
@@ -21,3 +22,9 @@ add_executable(dsv32_compile_ok EXCLUDE_FROM_ALL "${CMAKE_CURRENT_LIST_DIR}/vali
 target_link_libraries(dsv32_compile_ok PRIVATE dsv32::dsv32)
 add_test(NAME dsv32_compile_ok COMMAND "${CMAKE_COMMAND}" --build "${CMAKE_BINARY_DIR}" --target dsv32_compile_ok --config $<CONFIG>)
 set_tests_properties(dsv32_compile_ok PROPERTIES RESOURCE_LOCK dsv32_build_tree)
+# The memory-space tests' control: the same calls with matching spaces compile.
+add_executable(dsv32_compile_ok_views EXCLUDE_FROM_ALL "${CMAKE_CURRENT_LIST_DIR}/views_ok.cxx")
+target_link_libraries(dsv32_compile_ok_views PRIVATE dsv32::dsv32)
+add_test(NAME dsv32_compile_ok_views
+         COMMAND "${CMAKE_COMMAND}" --build "${CMAKE_BINARY_DIR}" --target dsv32_compile_ok_views --config $<CONFIG>)
+set_tests_properties(dsv32_compile_ok_views PROPERTIES RESOURCE_LOCK dsv32_build_tree)

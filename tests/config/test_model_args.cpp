@@ -2,6 +2,7 @@
 // counted by hand and from its checkpoint), config.json parsing (defaults, unknown keys, wrong
 // types, the gate_bias rule), check_matches, and the runtime validation of configs and options.
 #include "dsv32/config/model_args.hpp"
+#include "dsv32/config/tensor_table.hpp"
 #include "dsv32/config/presets.hpp"
 #include "dsv32/io/safetensors.hpp"
 

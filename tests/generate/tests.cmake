@@ -5,18 +5,20 @@
 
 set(_dsv32_generate_cases default_run golden_prompt_ids golden_batch_stdin bad_arguments bad_files)
 if(TARGET dsv32_tokenizer)
-  list(APPEND _dsv32_generate_cases chat_session text_prompt text_needs_vocabulary)
+  list(APPEND _dsv32_generate_cases chat_session chat_replay thinking_arguments text_prompt text_needs_vocabulary)
 endif()
 set(_dsv32_tokenize_arg "")
 if(TARGET dsv32-tokenize)  # the text modes' tests check their output against ids decoded by it
   set(_dsv32_tokenize_arg "-DTOKENIZE=$<TARGET_FILE:dsv32-tokenize>")
 endif()
+find_program(DSV32_SCRIPT_PROGRAM script)  # util-linux: runs a command on a pseudo-terminal
 foreach(case IN LISTS _dsv32_generate_cases)
   add_test(NAME dsv32_generate_${case}
            COMMAND "${CMAKE_COMMAND}" -DCASE=${case} -DTOOL=$<TARGET_FILE:dsv32-generate>
                    ${_dsv32_tokenize_arg}
                    -DDATA=${PROJECT_SOURCE_DIR}/tests/data
                    -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/generate_tool/${case}
+                   "-DSCRIPT=$<$<BOOL:${DSV32_SCRIPT_PROGRAM}>:${DSV32_SCRIPT_PROGRAM}>"
                    -P "${CMAKE_CURRENT_LIST_DIR}/tool_test.cmake")
   # one thread: the tiny models gain nothing from more, and a busy machine makes OpenMP crawl
   set_tests_properties(dsv32_generate_${case} PROPERTIES ENVIRONMENT "OMP_NUM_THREADS=1" TIMEOUT 120)

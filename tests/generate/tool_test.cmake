@@ -1,6 +1,7 @@
 # Tests of dsv32-generate, one CASE per ctest (see tests.cmake): runs the tool, checks its exit
 # status and that its standard output / error match regular expressions.
-# Variables: CASE, TOOL (dsv32-generate), DATA (tests/data), WORK_DIR (scratch).
+# Variables: CASE, TOOL (dsv32-generate), DATA (tests/data), WORK_DIR (scratch), SCRIPT (util-linux's
+# script, to run the tool on a pseudo-terminal; may be empty).
 cmake_minimum_required(VERSION 3.20)
 
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -86,7 +87,8 @@ endfunction()
 
 set(timing "time to first token [0-9.]+ ms; decode [0-9]+ tokens in [0-9.]+ ms = [0-9.]+ tokens/s")
 set(golden "${DATA}/golden")
-set(tokenizer "${DATA}/tokenizer/deepseek_v3")
+set(tokenizer "${DATA}/tokenizer/deepseek_v3_2_exp")  # the default one
+set(tokenizer_v3 "${DATA}/tokenizer/deepseek_v3")
 
 if(CASE STREQUAL "default_run")
   # the embedded tiny model on the built-in prompt: 100 ids on one line, the model and timing on stderr
@@ -192,8 +194,9 @@ elseif(CASE STREQUAL "bad_files")
   run(RC 1 ARGS --batch-file "${WORK_DIR}/blank.txt" STDERR "holds no prompt")
 
 elseif(CASE STREQUAL "chat_session")
-  # The embedded model (vocabulary 129280) with the vendored DeepSeek-V3 tokenizer, fed a session.
-  run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 8 INPUT "hello\n/clear\nhi\n/exit\n"
+  # The embedded model (vocabulary 129280) with the vendored DeepSeek-V3.2-Exp tokenizer (the
+  # default), fed a session.
+  run(RC 0 ARGS --chat --max-new-tokens 8 INPUT "hello\n/clear\nhi\n/exit\n"
       STDOUT "^>>> [^\n]*\n>>> >>> [^\n]*\n>>> $" STDERR "${timing}.*${timing}")
   # end of input ends the session too
   run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 4 --quiet INPUT "hello\n"
@@ -219,6 +222,76 @@ elseif(CASE STREQUAL "chat_session")
   if(NOT out STREQUAL want)
     message(FATAL_ERROR "chat replies differ from generation on the chat template's ids:\n--- got:\n${out}\n--- want:\n${want}")
   endif()
+  # DeepSeek-V3's tokenizer and template
+  run(RC 0 ARGS --chat --tokenizer "${tokenizer_v3}" --max-new-tokens 4 --quiet INPUT "hello\n"
+      STDOUT "^>>> [^\n]*\n>>> \n$")
+  # Thinking mode: the random model's tokens are all reasoning (it never closes it), marked as such;
+  # the conversation keeps only the (empty) answer, so the second prompt is
+  # bos <｜User｜> Hello ! <｜Assistant｜> </think> eos <｜User｜> Hello ! <｜Assistant｜> <think>.
+  run(RC 0 ARGS --chat --thinking --max-new-tokens 6 --temperature 0 INPUT "Hello!\nHello!\n"
+      STDOUT "^>>> <think>[^\n]*</think>\n>>> <think>[^\n]*</think>\n>>> \n$"
+      STDERR "6 prompt tokens, 6 generated.*12 prompt tokens, 6 generated")
+  # a tool output needs a tool call before it; the session goes on
+  run(RC 0 ARGS --chat --max-new-tokens 2 --quiet INPUT "/tool 42\nhi\n"
+      STDOUT "^>>> >>> [^\n]*\n>>> \n$" STDERR "chat message 0: a tool message must follow an assistant message")
+
+elseif(CASE STREQUAL "chat_replay")
+  # --replay-ids: fixed replies (ids from the tokenizer case files), so that what is shown and what
+  # the conversation keeps can be checked exactly.
+  #   reply 1: "\nLet me reason.\n" </think> "\n\nThe answer is 42." eos
+  #   reply 2: </think> "Checking." and a call get_weather {"city": "Paris"}, eos
+  #   reply 3: "Hello!" eos
+  file(WRITE "${WORK_DIR}/replies.txt"
+       "201 5718 678 3986 603 128799 271 671 3287 344 223 3180 16 1\n"
+       "128799 123452 16 128806 128808 1133 65 50219 128814 24313 37399 3362 582 51119 62773 128809 128807 1\n"
+       "19923 3 1\n")
+  set(call_line "{\"function\":{\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\",\"name\":\"get_weather\"},\"type\":\"function\"}")
+  run(RC 0 ARGS --chat --thinking --replay-ids "${WORK_DIR}/replies.txt" INPUT "Hello!\nWhat is 2+2?\n/tool 3 results\n"
+      STDERR "6 prompt tokens, 13 generated.*24 prompt tokens, 17 generated.*45 prompt tokens, 2 generated")
+  # The reasoning between <think> and </think>, then the answer; the tool call as a JSON line.
+  set(expected ">>> <think>\nLet me reason.\n</think>\n\n\nThe answer is 42.\n>>> Checking.\n${call_line}\n>>> Hello!\n>>> \n")
+  if(NOT out STREQUAL expected)
+    message(FATAL_ERROR "chat replay: expected\n${expected}\ngot\n${out}")
+  endif()
+  # The prompt token counts above are those of the conversation with the answers only (token
+  # counts from the case files): 6 = bos <｜User｜> Hello ! <｜Assistant｜> <think>; 24 = the first 5,
+  # </think>, the answer's 7 tokens, eos, <｜User｜>, "What is 2+2?" (7), <｜Assistant｜> <think>;
+  # 45 = those 24 with </think> for <think>, the call turn ("Checking." 2, 4 markers, name 3,
+  # arguments 6, <｜tool▁calls▁end｜>, eos: 17) and the tool output (4). Reasoning kept in the answer
+  # would add 5.
+
+  # On a terminal (a pseudo-terminal from util-linux's script, when there is one) the reasoning is
+  # dimmed instead: SGR 2 ... SGR 0, then a line break before the answer.
+  if(SCRIPT)
+    execute_process(COMMAND "${CMAKE_COMMAND}" -E env --unset=NO_COLOR "${SCRIPT}" -qec "\"${TOOL}\" --prompt Hello! --thinking --quiet --replay-ids \"${WORK_DIR}/replies.txt\"" /dev/null
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE tty_out ERROR_VARIABLE tty_err)
+    string(ASCII 27 esc)
+    string(REPLACE "\r\n" "\n" tty_out "${tty_out}")
+    set(expected "${esc}[2m\nLet me reason.\n${esc}[0m\n\nThe answer is 42.\n")
+    if(NOT rc EQUAL 0 OR NOT tty_out STREQUAL expected)
+      message(FATAL_ERROR "on a terminal: status ${rc}, expected\n${expected}\ngot\n${tty_out}\n${tty_err}")
+    endif()
+  endif()
+
+  # One text prompt, and a batch: the same display.
+  run(RC 0 ARGS --prompt "Hello!" --thinking --replay-ids "${WORK_DIR}/replies.txt" --quiet
+      STDOUT "^<think>\nLet me reason.\n</think>\n\n\nThe answer is 42.\n$")
+  file(WRITE "${WORK_DIR}/prompts.txt" "Hello!\nWhat is 2+2?\n")
+  run(RC 0 ARGS --batch-file "${WORK_DIR}/prompts.txt" --text --thinking --replay-ids "${WORK_DIR}/replies.txt" --quiet)
+  set(expected "Prompt: Hello!\nCompletion: <think>\nLet me reason.\n</think>\n\n\nThe answer is 42.\n\nPrompt: What is 2+2?\nCompletion: Checking.\n${call_line}\n\n")
+  if(NOT out STREQUAL expected)
+    message(FATAL_ERROR "batch replay: expected\n${expected}\ngot\n${out}")
+  endif()
+  # Without thinking mode, reply 1's </think> after text breaks the format: a warning, then the
+  # rest as generated.
+  run(RC 0 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/replies.txt" --quiet
+      STDOUT "^\nLet me reason.\n</think>\n\nThe answer is 42.\n$"
+      STDERR "chat output: found </think> at byte 16 of the reply \\(expected answer text.*the rest of the reply is shown as generated")
+  # A replay file that is not ids, or runs out.
+  run(RC 1 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/prompts.txt" --quiet STDERR "prompts.txt line 1: 'Hello!' is not a token id")
+  file(WRITE "${WORK_DIR}/one.txt" "19923 3\n")
+  run(RC 1 ARGS --chat --replay-ids "${WORK_DIR}/one.txt" --quiet INPUT "a\nb\n" STDOUT "^>>> Hello!\n>>> $"
+      STDERR "replay file .*one.txt has no line left for reply 2")
 
 elseif(CASE STREQUAL "text_prompt")
   # --prompt renders the chat template; --raw encodes the text alone (with bos). Each prints exactly
@@ -247,6 +320,14 @@ elseif(CASE STREQUAL "text_prompt")
   run(RC 0 ARGS --tokenizer "${tokenizer}" --batch-file "${WORK_DIR}/prompts.txt" --text --max-new-tokens 4
       STDOUT "^Prompt: Hello\nCompletion: [^\n]*\n\nPrompt: What is 2\\+2\\?\nCompletion: [^\n]*\n\n$")
   run(RC 2 ARGS --raw --prompt-ids "1" STDERR "--raw applies to text prompts")
+
+elseif(CASE STREQUAL "thinking_arguments")
+  run(RC 2 ARGS --thinking --prompt-ids "1 2" STDERR "--thinking applies to chat-template prompts")
+  run(RC 2 ARGS --thinking --raw --prompt "x" STDERR "--thinking applies to chat-template prompts")
+  run(RC 2 ARGS --replay-ids f --checkpoint "${golden}/tiny_bf16" STDERR "--replay-ids replaces the model")
+  run(RC 1 ARGS --thinking --prompt "x" --tokenizer "${tokenizer_v3}"
+      STDERR "--thinking: the chat template of the tokenizer in .*deepseek_v3 \\(DeepSeek-V3's\\) has no thinking mode")
+  run(RC 1 ARGS --prompt "x" --replay-ids "${WORK_DIR}/missing.txt" STDERR "cannot open replay file")
 
 elseif(CASE STREQUAL "text_needs_vocabulary")
   run(RC 1 ARGS --checkpoint "${golden}/tiny_bf16" --tokenizer "${tokenizer}" --prompt "hi"

@@ -37,9 +37,12 @@ if(PART STREQUAL "tokenizer")
             "DSV32_BUILD_TOKENIZER=OFF), so the example's text mode was not tested")
     return()
   endif()
-  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3" "What is 2+2?")
+  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3_2_exp" "What is 2+2?")
   message(STATUS "embed with tokenizer: ${out}")
-  # bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>: 10 prompt tokens
+  # DeepSeek-V3.2-Exp's template: bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>, </think>
+  expect("${out}" "^my-small-moe:.*\n11 prompt tokens, [0-9]+ generated")
+  # DeepSeek-V3's: bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>
+  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3" "What is 2+2?")
   expect("${out}" "^my-small-moe:.*\n10 prompt tokens, [0-9]+ generated")
   return()
 endif()

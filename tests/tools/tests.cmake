@@ -10,7 +10,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(dsv32_make_test_checkpoint PRIVATE -Wall -Wextra -Wpedantic)
 endif()
 
-set(_dsv32_inspect_cases preset_671b config_tiny_bf16 config_custom arithmetic_matches_compiled checkpoint_complete
+set(_dsv32_inspect_cases preset_671b config_tiny_bf16 config_custom per_rank checkpoint_complete
     checkpoint_damaged bad_arguments checkpoint_hf)
 foreach(case IN LISTS _dsv32_inspect_cases)
   add_test(NAME dsv32_inspect_${case}

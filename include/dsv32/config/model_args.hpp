@@ -352,47 +352,6 @@ struct ModelArgs {
   }
 };
 
-/// \brief Parameter counts, matching how the released model is counted: every weight, bias and norm of
-///        the main model with its indexer; no FP8 scales, no multi-token-prediction layer.
-struct ParamCounts {
-  std::int64_t embedding = 0;     ///< vocab_size x dim
-  std::int64_t head = 0;          ///< vocab_size x dim
-  std::int64_t attention = 0;     ///< one layer's MLA with its indexer and the block's two norms
-  std::int64_t indexer = 0;       ///< one layer's indexer (included in attention)
-  std::int64_t dense_mlp = 0;     ///< one dense layer's MLP
-  std::int64_t expert = 0;        ///< one routed or shared expert
-  std::int64_t gate = 0;          ///< one MoE layer's gate (with its bias)
-  std::int64_t total = 0;         ///< the whole model
-  std::int64_t activated = 0;     ///< what one token touches: all but the unchosen routed experts
-};
-
-/// \brief Counts the parameters of a config.
-constexpr ParamCounts count_params(const ModelArgs& a) {
-  ParamCounts p;
-  const std::int64_t qk_head = a.qk_nope_head_dim + a.qk_rope_head_dim;
-  p.embedding = a.vocab_size * a.dim;
-  p.head = a.vocab_size * a.dim;
-  p.indexer = a.q_lora_rank * a.index_n_heads * a.index_head_dim + a.dim * a.index_head_dim +
-              2 * a.index_head_dim + a.dim * a.index_n_heads;
-  p.attention = a.dim * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * a.n_heads * qk_head +
-                a.dim * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
-                a.kv_lora_rank * a.n_heads * (a.qk_nope_head_dim + a.v_head_dim) + a.n_heads * a.v_head_dim * a.dim +
-                p.indexer + 2 * a.dim;
-  p.dense_mlp = 3 * a.dim * a.inter_dim;
-  p.expert = 3 * a.dim * a.moe_inter_dim;
-  p.gate = a.n_routed_experts * a.dim + (a.resolved_gate_bias() ? a.n_routed_experts : 0);
-  const std::int64_t moe_layers = a.n_layers - a.n_dense_layers;
-  const std::int64_t common = p.embedding + p.head + a.dim + a.n_layers * p.attention + a.n_dense_layers * p.dense_mlp;
-  p.total = common + moe_layers * (p.gate + (a.n_routed_experts + a.n_shared_experts) * p.expert);
-  p.activated = common + moe_layers * (p.gate + (a.n_activated_experts + a.n_shared_experts) * p.expert);
-  return p;
-}
-
-/// \brief Parameter counts of compile-time config `C`, as a constant expression.
-/// \tparam C a compile-time config
-template <class C>
-inline constexpr ParamCounts param_counts = count_params(ModelArgs::of<C>());
-
 /// @}
 
 }  // namespace dsv32

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -18,6 +20,7 @@
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/runtime_options.hpp"
+#include "dsv32/config/tensor_table.hpp"
 #include "dsv32/layers/block.hpp"
 #include "dsv32/layers/context.hpp"
 #include "dsv32/layers/linear.hpp"
@@ -75,12 +78,14 @@ struct MemoryPlan {
   std::map<DType, std::size_t> weight_bytes;  ///< by in-memory dtype
   std::size_t weights = 0;                    ///< all parameters (FP8 scales included)
   std::int64_t parameters = 0;                ///< parameter elements on this rank (scales excluded)
+  std::int64_t tensors = 0;                   ///< parameter tensors on this rank (scales included)
   std::size_t cache_bytes_per_token = 0;      ///< all layers, one sequence, one position
   std::size_t caches = 0;                     ///< max_batch_size x max_seq_len x the above
   std::size_t rope_tables = 0;                ///< the cos/sin tables
+  std::size_t scratch = 0;                    ///< forward temporaries, reserved once for the runtime limits
 
-  /// \brief weights + caches + rope_tables (scratch, which grows with the call size, not included).
-  std::size_t total() const noexcept { return weights + caches + rope_tables; }
+  /// \brief weights + caches + rope_tables + scratch: the backend memory of a loaded model.
+  std::size_t total() const noexcept { return weights + caches + rope_tables + scratch; }
 };
 
 /// \brief "12.3 GiB"-style byte count.
@@ -98,14 +103,70 @@ inline std::string format_bytes(double bytes) {
   return os.str();
 }
 
+/// \brief Everything one forward pass writes besides the caches, reserved once when the weights are
+///        loaded (so that a decode step allocates nothing) and counted by the memory plan.
+template <class Backend>
+struct ForwardScratch {
+  Tensor<bf16, Backend> h;                  ///< [T, dim] the hidden state
+  Tensor<bf16, Backend> residual;           ///< [T, dim] the residual stream
+  Tensor<std::int32_t, Backend> tokens;     ///< [T] the pass's token ids
+  Tensor<float, Backend> logits;            ///< [rows, vocab / world] this rank's logits
+  Tensor<float, Backend> gathered;          ///< [world, rows, vocab / world] every rank's logits (world > 1)
+  Tensor<float, Backend> reduce;            ///< [T, dim] f32 row-parallel reductions (world > 1)
+  BlockScratch<Backend> blocks;             ///< the blocks' temporaries
+
+  /// \brief Calls `r(buffer, elements)` with each buffer's largest size under `l`. Logits are reserved
+  ///        for one position per sequence: a call asking for every position's logits grows them.
+  template <class R>
+  void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
+    const std::int64_t T = l.tokens(), local_vocab = a.vocab_size / l.world_size;
+    r(h, elements(T, a.dim));
+    r(residual, elements(T, a.dim));
+    r(tokens, T);
+    r(logits, elements(l.batch, local_vocab));
+    r(gathered, l.world_size > 1 ? elements(l.batch, a.vocab_size) : 0);
+    r(reduce, l.world_size > 1 ? elements(T, a.dim) : 0);
+    blocks.reserve(r, a, l);
+  }
+};
+
+/// \brief The memory plan of rank `rank` of a `world`-rank model with fields `a` and runtime limits
+///        `o`, read off the tensor table and the scratch reservations: what a loaded Transformer holds,
+///        computed without allocating any of it.
+/// \throws Error(invalid_argument) when `world` does not divide a split dimension (named)
+inline MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int world = 1, int rank = 0) {
+  MemoryPlan m;
+  for_each_tensor(a, [&](const TensorSpec& t) {
+    const std::size_t bytes = static_cast<std::size_t>(elements(t.local_numel(), dtype_size(t.dtype), t.count));
+    m.weight_bytes[t.dtype] += bytes;
+    m.weights += bytes;
+    m.tensors += t.count;
+    if (t.counts_as_parameter()) m.parameters += t.local_numel() * t.count;
+  }, TableMode::patterns, world, rank);
+  m.cache_bytes_per_token = static_cast<std::size_t>(a.n_layers) * mla_cache_bytes_per_token(a);
+  m.caches = static_cast<std::size_t>(elements(m.cache_bytes_per_token, o.max_batch_size, o.max_seq_len));
+  m.rope_tables = static_cast<std::size_t>(elements(o.max_seq_len, a.qk_rope_head_dim, sizeof(float)));
+  ForwardScratch<Cpu> scratch;  // nothing is allocated: the reservation is only counted
+  scratch.reserve([&]<class Buffer>(Buffer&, std::int64_t n) {
+    if constexpr (requires(Buffer& b) { b.mat(); })  // backend tensors, not pinned host buffers
+      m.scratch += static_cast<std::size_t>(elements(n, sizeof(*std::declval<Buffer&>().data())));
+  }, a, ForwardLimits::of(o, world));
+  return m;
+}
+
 /// \brief The DeepSeek-V3.2-Exp transformer.
 ///
-/// Constructing one allocates no weights (only the RoPE tables), so even the 671B config can list its
-/// tensors and memory plan. Weights are bound by a loader (see load_weights / <dsv32/io/checkpoint.hpp>)
-/// or init_random(); KV caches are allocated when the weights are complete.
+/// Constructing one allocates no weights (only the RoPE tables): its parameters are the rows of the
+/// tensor table for its rank, so even the 671B config can list its tensors and memory plan. Weights
+/// are bound by a loader (load_weights(), <dsv32/io/checkpoint.hpp>) or init_random() — into one
+/// arena of backend memory, or borrowed in place from mapped files where the backend's memory is host
+/// memory; the KV caches and every forward temporary are allocated when the weights are complete, so
+/// that a forward call allocates nothing (except one asking for every position's logits). forward()
+/// reads nothing back from the backend but its result (the logits) and, per MoE layer, the few
+/// integers of its expert dispatch; observers get host copies only when attached.
 /// A Transformer is not safe to call from several threads at once (it owns its caches and scratch).
 /// \tparam Config  compile-time config (see ConfigDefaults)
-/// \tparam Backend backend tag (Cpu, the only backend this release implements)
+/// \tparam Backend backend tag (Cpu, or testing::HostInvisible)
 template <class Config, class Backend = Cpu>
 class Transformer {
   static_assert(valid_config<Config>);
@@ -113,36 +174,43 @@ class Transformer {
  public:
   using config_type = Config;    ///< the compile-time config
   using backend_type = Backend;  ///< the backend tag
+  using space = space_of<Backend>;  ///< the memory space of its weights, caches and activations
 
   /// \param options runtime limits and RoPE scalars (validated)
-  /// \param parallel this rank's place in a model-parallel group
+  /// \param parallel this rank's place in a model-parallel group; its communicator must work on
+  ///        `Backend`'s memory
   explicit Transformer(const RuntimeOptions& options = {}, const Parallel& parallel = {})
       : options_((options.validate(), options)),
         parallel_((parallel.validate(), parallel)),
-        embed_(Config::vocab_size, Config::dim, parallel_),
-        norm_(Config::dim),
-        head_(Config::dim, parallel_.split(Config::vocab_size, "vocab_size"), DType::F32),
+        comm_(parallel_.template communicator_for<Backend>()),
+        store_(ModelArgs::of<Config>(), parallel_.world_size, parallel_.rank),
+        embed_(store_, "embed", parallel_.rank),
+        norm_(store_, "norm"),
+        head_(store_, "head"),
         rope_(Config::qk_rope_head_dim, options_),
         filled_(static_cast<std::size_t>(options_.max_batch_size), 0) {
     layers_.reserve(static_cast<std::size_t>(Config::n_layers));
-    for (int i = 0; i < Config::n_layers; ++i) layers_.emplace_back(i, options_, parallel_);
+    for (int i = 0; i < Config::n_layers; ++i) layers_.emplace_back(store_, i, options_, parallel_);
+    store_.check_all_used();
   }
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
 
   /// \brief The runtime options the model was built with.
   const RuntimeOptions& options() const noexcept { return options_; }
   /// \brief This rank's place in the model-parallel group.
   const Parallel& parallel() const noexcept { return parallel_; }
+  /// \brief The execution context every kernel call of this model runs in (its synchronization count
+  ///        says how often forward() waited for the backend).
+  ExecutionContext<Backend>& context() noexcept { return exec_; }
 
-  /// \brief Visits every parameter as f(checkpoint name, Parameter&), in the reference's converted
-  ///        naming (`embed.weight`, `layers.N.attn.wq_a.weight`, ..., `norm.weight`, `head.weight`).
-  ///        Loading, checking, listing and tests all walk this one list.
+  /// \brief Visits every parameter as f(checkpoint name, Parameter&) in tensor-table order, in the
+  ///        reference's converted naming (`embed.weight`, `layers.N.attn.wq_a.weight`, ..., `norm.weight`,
+  ///        `head.weight`). Loading, checking, listing and tests all walk this one list.
   /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(F&& f) {
-    embed_.visit("embed.", f);
-    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].visit("layers." + std::to_string(i) + ".", f);
-    norm_.visit("norm.", f);
-    head_.visit("head.", f);
+    for (Parameter<Backend>& p : store_) f(p.name(), p);
   }
 
   /// \brief Every parameter: name, dtype, local shape, bytes.
@@ -152,36 +220,74 @@ class Transformer {
     return out;
   }
 
-  /// \brief The memory this rank needs for its weights, caches and tables.
-  MemoryPlan memory_plan() {
-    MemoryPlan m;
-    visit([&](const std::string& name, Parameter<Backend>& p) {
-      m.weight_bytes[p.dtype()] += p.bytes();
-      m.weights += p.bytes();
-      if (!name.ends_with(".scale")) m.parameters += p.numel();
-    });
-    m.cache_bytes_per_token = static_cast<std::size_t>(Config::n_layers) * MLA<Config, Backend>::cache_bytes_per_token;
-    m.caches = m.cache_bytes_per_token * static_cast<std::size_t>(options_.max_batch_size * options_.max_seq_len);
-    m.rope_tables = rope_.bytes();
-    return m;
-  }
-  /// \brief The memory plan of a model with these options, without keeping one.
+  /// \brief The memory this rank needs for its weights, caches, tables and forward scratch.
+  MemoryPlan memory_plan() const { return plan_memory(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank); }
+  /// \brief The memory plan of a model with these options, without building one.
   static MemoryPlan memory_plan(const RuntimeOptions& options, const Parallel& parallel = {}) {
-    Transformer t(options, parallel);
-    return t.memory_plan();
+    options.validate();
+    parallel.validate();
+    return plan_memory(ModelArgs::of<Config>(), options, parallel.world_size, parallel.rank);
   }
 
-  /// \brief Binds every parameter through `load(name, parameter)` (which must load it or throw), then
-  ///        allocates the caches. On any error nothing stays half-loaded: all parameters are released.
+  /// \brief Binds every parameter through `load(name, parameter)` (which must load it or throw, each
+  ///        parameter owning its memory), then allocates the caches and scratch. On any error nothing
+  ///        stays half-loaded: all parameters are released.
   /// \tparam LoadOne callable as `load(const std::string& name, Parameter<Backend>&)`
   /// \throws whatever `load` throws; Error(state) naming a parameter `load` left unloaded
   template <class LoadOne>
   void load_weights(LoadOne&& load) {
     try {
       visit([&](const std::string& name, Parameter<Backend>& p) { load(name, p); });
-      visit([&](const std::string& name, Parameter<Backend>& p) {
-        DSV32_CHECK(p.loaded(), state, "parameter ", name, " was not loaded");
+      check_loaded();
+    } catch (...) {
+      release_weights();
+      throw;
+    }
+    finish_loading();
+  }
+
+  /// \brief Binds every parameter into one arena of backend memory (or, on a backend whose memory is
+  ///        host memory, in place where `borrow` offers host memory), writing each through a staged
+  ///        WeightUploader; then allocates the caches and scratch. On any error nothing stays
+  ///        half-loaded.
+  /// \tparam Borrow callable as `const void* borrow(const Parameter<Backend>&, std::shared_ptr<const void>& owner)`:
+  ///         host memory holding the parameter's bytes to use in place (setting `owner`), or nullptr
+  ///         to have it written into the arena; consulted only where Memory<Backend>::host_visible
+  /// \tparam Write callable as `write(const Parameter<Backend>&, WeightUploader<Backend>&, void* dst)`:
+  ///         writes the parameter's bytes() bytes to backend memory `dst` through the uploader
+  /// \param borrow        decides, per parameter, whether it is used in place from host memory
+  /// \param write         writes a parameter's bytes into its slice of the arena
+  /// \param staging_bytes the uploader's pinned staging size (device backends)
+  template <class Borrow, class Write>
+  void load_weights(Borrow&& borrow, Write&& write, std::size_t staging_bytes = WeightUploader<Backend>::kDefaultStagingBytes) {
+    constexpr std::size_t kAlign = 256;  // every slice of the arena starts on a 256-byte boundary
+    auto align = [](std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+    try {
+      release_weights();
+      std::vector<Parameter<Backend>*> copies;
+      std::size_t arena_bytes = 0;
+      visit([&](const std::string&, Parameter<Backend>& p) {
+        if constexpr (Memory<Backend>::host_visible) {
+          std::shared_ptr<const void> owner;
+          if (const void* host = borrow(static_cast<const Parameter<Backend>&>(p), owner)) {
+            p.borrow(host, std::move(owner));
+            return;
+          }
+        }
+        copies.push_back(&p);
+        arena_bytes += align(p.bytes());
       });
+      arena_.reset_uninitialized(arena_bytes);  // one allocation, no zero-fill: every byte is written next
+      WeightUploader<Backend> uploader(exec_, staging_bytes);
+      std::size_t offset = 0;
+      for (Parameter<Backend>* p : copies) {
+        void* dst = arena_.data() + offset;
+        offset += align(p->bytes());
+        p->bind(dst);
+        write(static_cast<const Parameter<Backend>&>(*p), uploader, dst);
+      }
+      uploader.finish();
+      check_loaded();
     } catch (...) {
       release_weights();
       throw;
@@ -190,32 +296,31 @@ class Transformer {
   }
 
   /// \brief Fills every parameter with seeded random values in the checkpoint's dtypes and ranges
-  ///        (the synthetic weights of examples and benchmarks): linears ~ N(0, 1/in) (FP8 ones
-  ///        quantized per 128x128 block with scale amax/448), norms ~ 1 + N(0, 0.01), biases ~ N(0, 0.01)
-  ///        (gate bias ~ N(0, 0.25)), embedding ~ N(0, 1).
+  ///        (the synthetic weights of examples and benchmarks), chosen by each tensor's role: linear
+  ///        weights and the head ~ N(0, 1/in) (FP8 ones quantized per 128x128 block with scale
+  ///        amax/448), norms ~ 1 + N(0, 0.01), biases ~ N(0, 0.01) (gate bias ~ N(0, 0.25)),
+  ///        embedding ~ N(0, 1).
   void init_random(std::uint64_t seed) {
-    std::unordered_map<std::string, Parameter<Backend>*> params;
-    visit([&](const std::string& name, Parameter<Backend>& p) { params[name] = &p; });
-    load_weights([&](const std::string& name, Parameter<Backend>& p) {
-      if (p.loaded()) return;  // scales are filled with their weights
-      std::mt19937_64 gen(seed ^ std::hash<std::string>{}(name));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      const Shape& s = p.shape();
-      if (name.ends_with("norm.weight")) {
-        p.fill_host([&](std::size_t) { return 1.0f + 0.1f * normal(gen); });
-      } else if (name.ends_with(".bias")) {
-        const float sd = name.ends_with("gate.bias") ? 0.5f : 0.1f;
-        p.fill_host([&](std::size_t) { return sd * normal(gen); });
-      } else if (name == "embed.weight") {
-        p.fill_host([&](std::size_t) { return normal(gen); });
-      } else if (p.dtype() == DType::F8_E4M3) {
-        Parameter<Backend>& scale = *params.at(name.substr(0, name.size() - 6) + "scale");
-        fill_fp8(p, scale, gen);
-      } else {
-        const float sd = 1.0f / std::sqrt(static_cast<float>(s[s.rank() - 1]));
-        p.fill_host([&](std::size_t) { return sd * normal(gen); });
-      }
-    });
+    std::vector<float> pending_scale;  // an FP8 weight's block scales, written with the next tensor (its scale)
+    load_weights([](const Parameter<Backend>&, std::shared_ptr<const void>&) -> const void* { return nullptr; },
+                 [&](const Parameter<Backend>& p, WeightUploader<Backend>& up, void* dst) {
+                   const std::size_t n = static_cast<std::size_t>(p.numel());
+                   if (p.role() == TensorRole::scale) {
+                     DSV32_CHECK(pending_scale.size() == n, state, "init_random: ", p.name(), " does not follow its weight");
+                     up.write(dst, DType::F32, n, [&](std::size_t first, std::size_t count, void* host) {
+                       std::memcpy(host, pending_scale.data() + first, count * sizeof(float));
+                     });
+                     pending_scale.clear();
+                     return;
+                   }
+                   std::mt19937_64 gen(seed ^ std::hash<std::string>{}(p.name()));
+                   std::vector<float> values = random_values(p, gen);
+                   if (p.dtype() == DType::F8_E4M3) pending_scale = quantize_blocks(values, p.shape()[0], p.shape()[1]);
+                   up.write(dst, p.dtype(), n, [&](std::size_t first, std::size_t count, void* host) {
+                     Parameter<Backend>::encode_host(p.dtype(), first, count, host,
+                                                     [&](std::size_t i) { return values[i]; });
+                   });
+                 });
   }
 
   /// \brief Whether every parameter is loaded.
@@ -230,7 +335,8 @@ class Transformer {
   /// A prefill starts at 0; decode steps continue at the next position. Calls are checked before
   /// anything is computed: batch in [1, max_batch_size], start_pos + seq <= max_seq_len, token ids
   /// in [0, vocab_size), no gap after what each sequence has cached. A failed check throws
-  /// Error(invalid_argument) and leaves the caches as they were.
+  /// Error(invalid_argument) and leaves the caches as they were. A call longer than
+  /// RuntimeOptions::max_tokens_per_call runs as consecutive passes of that many tokens.
   /// \param tokens    [batch, seq] row-major token ids
   /// \param batch     sequences; tokens.size() must be a multiple of it
   /// \param start_pos position of each sequence's first token in this call
@@ -257,7 +363,27 @@ class Transformer {
     for (std::int64_t b = 0; b < batch; ++b)
       DSV32_CHECK(start_pos <= filled_[b], invalid_argument, "forward: sequence ", b, " starts at position ",
                   start_pos, " but only positions [0, ", filled_[b], ") are cached");
-    return run(tokens, batch, seq, start_pos, opts);
+    const std::int64_t chunk = options_.tokens_per_call();
+    if (seq <= chunk) return run(tokens, batch, seq, start_pos, opts);
+    // chunked: consecutive passes of `chunk` tokens per sequence
+    Logits out{batch, opts.all_positions ? seq : 1, Config::vocab_size, {}};
+    if (opts.all_positions) out.values.resize(static_cast<std::size_t>(batch * seq * Config::vocab_size));
+    std::vector<std::int32_t> part;
+    for (std::int64_t first = 0; first < seq; first += chunk) {
+      const std::int64_t len = std::min(chunk, seq - first);
+      part.clear();
+      for (std::int64_t b = 0; b < batch; ++b)
+        part.insert(part.end(), tokens.begin() + b * seq + first, tokens.begin() + b * seq + first + len);
+      Logits l = run(part, batch, len, start_pos + first, opts);
+      if (!opts.all_positions) {
+        out.values = std::move(l.values);
+        continue;
+      }
+      for (std::int64_t b = 0; b < batch; ++b)
+        std::copy_n(l.values.begin() + b * len * Config::vocab_size, len * Config::vocab_size,
+                    out.values.begin() + (b * seq + first) * Config::vocab_size);
+    }
+    return out;
   }
 
   /// \brief forward() on a rectangular batch given as one vector per sequence.
@@ -274,86 +400,128 @@ class Transformer {
   }
 
  private:
+  // One forward pass: every kernel ordered on exec_, one synchronization at the end to read the logits.
   Logits run(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t seq, std::int64_t start_pos,
              const ForwardOptions& opts) {
-    ForwardContext ctx;
+    ForwardContext<Backend> ctx;
     ctx.batch = batch;
     ctx.seq = seq;
     ctx.start_pos = start_pos;
     ctx.parallel = parallel_;
+    ctx.comm = comm_;
     ctx.observer = opts.observer;
+    ctx.exec = &exec_;
+    ctx.reduce = &scratch_.reduce;
+    ForwardScratch<Backend>& s = scratch_;
     const std::int64_t T = batch * seq;
-    h_.resize(Shape{T, Config::dim});
-    residual_.resize(Shape{T, Config::dim});
-    token_buf_.resize(Shape{T});
-    Memory<Backend>::copy_from_host(token_buf_.data(), tokens.data(), tokens.size_bytes());
-    embed_.forward(ctx, token_buf_.data(), T, h_.mat());
-    if (ctx.observer) ctx.observer->on_embedding(h_.mat());
+    s.h.resize(Shape{T, Config::dim});
+    s.residual.resize(Shape{T, Config::dim});
+    s.tokens.resize(Shape{T});
+    Memory<Backend>::copy_from_host_async(exec_, s.tokens.data(), tokens.data(), tokens.size_bytes());
+    embed_.forward(ctx, s.tokens.vec(), s.h.mat());
+    if (ctx.observer)
+      with_host_view(ctx, MatrixView<const bf16, space>(s.h.mat()),
+                     [&](MatrixView<const bf16> h) { ctx.observer->on_embedding(h); });
     for (std::size_t i = 0; i < layers_.size(); ++i)
-      layers_[i].forward(ctx, h_.mat(), residual_.mat(), i == 0, rope_, scratch_);
-    norm_.forward(h_.mat(), residual_.mat(), h_.mat());
+      layers_[i].forward(ctx, s.h.mat(), s.residual.mat(), i == 0, rope_, s.blocks);
+    norm_.forward(ctx, s.h.mat(), s.residual.mat(), s.h.mat());
     for (std::int64_t b = 0; b < batch; ++b) filled_[b] = std::max(filled_[b], start_pos + seq);
 
     // head in f32 on the last position of each sequence (or all of them)
     const std::int64_t positions = opts.all_positions ? seq : 1;
-    MatrixView<bf16> rows = h_.mat();
-    if (!opts.all_positions) {
-      last_.resize(Shape{batch, Config::dim});
-      for (std::int64_t b = 0; b < batch; ++b)
-        Memory<Backend>::copy(last_.data() + b * Config::dim, h_.data() + (b * seq + seq - 1) * Config::dim,
-                              Config::dim * sizeof(bf16));
-      rows = last_.mat();
-    }
+    const MatrixView<const bf16, space> rows =
+        opts.all_positions ? MatrixView<const bf16, space>(s.h.mat()) : s.h.mat().strided_rows(seq - 1, batch, seq);
     const std::int64_t local_vocab = head_.out_features(), R = batch * positions;
-    logits_.resize(Shape{R, local_vocab});
-    head_.forward_f32(rows, logits_.mat());
+    s.logits.resize(Shape{R, local_vocab});
+    head_.forward_f32(ctx, rows, s.logits.mat());
     Logits out{batch, positions, Config::vocab_size, std::vector<float>(static_cast<std::size_t>(R * Config::vocab_size))};
     if (parallel_.world_size == 1) {
-      Memory<Backend>::copy_to_host(out.values.data(), logits_.data(), out.values.size() * sizeof(float));
-    } else {  // all-gather the vocabulary shards, then interleave them per row
-      std::vector<float> gathered(out.values.size()), local(static_cast<std::size_t>(R * local_vocab));
-      Memory<Backend>::copy_to_host(local.data(), logits_.data(), local.size() * sizeof(float));
-      parallel_.comm->all_gather(local.data(), local.size(), gathered.data());
-      for (int r = 0; r < parallel_.world_size; ++r)
-        for (std::int64_t i = 0; i < R; ++i)
-          std::copy_n(gathered.data() + (r * R + i) * local_vocab, local_vocab,
-                      out.values.data() + i * Config::vocab_size + r * local_vocab);
+      Memory<Backend>::copy_to_host_async(exec_, out.values.data(), s.logits.data(), out.values.size() * sizeof(float));
+      Memory<Backend>::synchronize(exec_);
+      return out;
     }
+    // all-gather the vocabulary shards on the backend, one copy down, then interleave them per row
+    s.gathered.resize(Shape{parallel_.world_size * R * local_vocab});
+    comm_->all_gather(exec_, s.logits.vec(), s.gathered.vec());
+    std::vector<float> gathered(static_cast<std::size_t>(s.gathered.numel()));
+    Memory<Backend>::copy_to_host_async(exec_, gathered.data(), s.gathered.data(), s.gathered.bytes());
+    Memory<Backend>::synchronize(exec_);
+    for (int r = 0; r < parallel_.world_size; ++r)
+      for (std::int64_t i = 0; i < R; ++i)
+        std::copy_n(gathered.data() + (r * R + i) * local_vocab, local_vocab,
+                    out.values.data() + i * Config::vocab_size + r * local_vocab);
     return out;
   }
 
+  void check_loaded() {
+    visit([&](const std::string& name, Parameter<Backend>& p) {
+      DSV32_CHECK(p.loaded(), state, "parameter ", name, " was not loaded");
+    });
+  }
+
+  // Caches, then every forward temporary at its largest, so that forward() allocates nothing.
   void finish_loading() {
     for (auto& layer : layers_) layer.allocate_caches(options_);
+    scratch_.reserve([]<class Buffer>(Buffer& b, std::int64_t n) {
+      if constexpr (requires { b.mat(); })
+        b.reserve(static_cast<std::size_t>(n));
+      else
+        b.reset(static_cast<std::size_t>(n));
+    }, ModelArgs::of<Config>(), ForwardLimits::of(options_, parallel_.world_size));
     reset();
     ready_ = true;
   }
 
   void release_weights() {
     visit([](const std::string&, Parameter<Backend>& p) { p.release(); });
+    arena_ = Buffer<std::byte, Backend>();
     ready_ = false;
   }
 
-  static void fill_fp8(Parameter<Backend>& weight, Parameter<Backend>& scale, std::mt19937_64& gen) {
-    const std::int64_t n = weight.shape()[0], k = weight.shape()[1];
+  // init_random's values for one parameter, by role, in element order.
+  static std::vector<float> random_values(const Parameter<Backend>& p, std::mt19937_64& gen) {
+    const std::size_t n = static_cast<std::size_t>(p.numel());
+    std::vector<float> v(n);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    float mean = 0.0f, sd = 1.0f;
+    switch (p.role()) {
+      case TensorRole::norm: mean = 1.0f, sd = 0.1f; break;
+      case TensorRole::bias: sd = 0.1f; break;
+      case TensorRole::gate_bias: sd = 0.5f; break;
+      case TensorRole::embedding: break;
+      case TensorRole::weight: case TensorRole::head:
+        sd = 1.0f / std::sqrt(static_cast<float>(p.shape()[p.shape().rank() - 1]));
+        break;
+      case TensorRole::scale: fail(ErrorKind::state, "init_random: scales are written with their weights");
+    }
+    if (p.dtype() == DType::F8_E4M3) {
+      std::normal_distribution<float> w(0.0f, sd);
+      for (float& x : v) x = w(gen);
+    } else {
+      for (float& x : v) x = mean + sd * normal(gen);
+    }
+    return v;
+  }
+
+  // Divides `w` ([n, k]) by its 128x128 blocks' scales (amax / 448) in place; returns the scales.
+  static std::vector<float> quantize_blocks(std::vector<float>& w, std::int64_t n, std::int64_t k) {
     const std::int64_t nb = (n + kBlockSize - 1) / kBlockSize, kb = (k + kBlockSize - 1) / kBlockSize;
-    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
-    std::vector<float> w(static_cast<std::size_t>(n * k)), s(static_cast<std::size_t>(nb * kb), 0.0f);
-    for (float& v : w) v = normal(gen);
+    std::vector<float> s(static_cast<std::size_t>(nb * kb), 0.0f);
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t j = 0; j < k; ++j) {
         float& m = s[(i / kBlockSize) * kb + j / kBlockSize];
         m = std::max(m, std::fabs(w[i * k + j]));
       }
     for (float& v : s) v = std::max(v / kE4m3Max, 1e-12f);
-    weight.fill_host([&](std::size_t idx) {
-      const std::int64_t i = static_cast<std::int64_t>(idx) / k, j = static_cast<std::int64_t>(idx) % k;
-      return w[idx] / s[(i / kBlockSize) * kb + j / kBlockSize];
-    });
-    scale.fill_host([&](std::size_t idx) { return s[idx]; });
+    for (std::int64_t i = 0; i < n; ++i)
+      for (std::int64_t j = 0; j < k; ++j) w[i * k + j] /= s[(i / kBlockSize) * kb + j / kBlockSize];
+    return s;
   }
 
   RuntimeOptions options_;
   Parallel parallel_;
+  Communicator<Backend>* comm_ = nullptr;
+  ParameterStore<Backend> store_;
   Embedding<Backend> embed_;
   std::vector<Block<Config, Backend>> layers_;
   RMSNorm<Backend> norm_;
@@ -361,11 +529,9 @@ class Transformer {
   RopeTable<Backend> rope_;
   bool ready_ = false;
   std::vector<std::int64_t> filled_;  // per sequence: positions [0, filled) are cached
-
-  typename Block<Config, Backend>::Scratch scratch_;
-  Tensor<bf16, Backend> h_, residual_, last_;
-  Tensor<std::int32_t, Backend> token_buf_;
-  Tensor<float, Backend> logits_;
+  ExecutionContext<Backend> exec_;
+  Buffer<std::byte, Backend> arena_;  // the weights that are not borrowed, in one allocation
+  ForwardScratch<Backend> scratch_;
 };
 
 /// @}

@@ -15,7 +15,7 @@
 
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
-#include "dsv32/backend/weight_view.hpp"
+#include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/numeric.hpp"
@@ -43,7 +43,7 @@ inline float* thread_scratch(std::size_t slot, std::size_t n) {
 /// \param n   rows, with r0 + n <= w.out
 /// \param out [n, w.in] f32
 /// \throws Error(unsupported) for a dtype other than BF16, F32 or F8_E4M3
-inline void weight_rows_f32(const WeightView& w, std::int64_t r0, std::int64_t n, float* out) {
+inline void weight_rows_f32(const WeightView<>& w, std::int64_t r0, std::int64_t n, float* out) {
   const std::int64_t K = w.in;
   switch (w.dtype) {
     case DType::F32: {
@@ -79,7 +79,7 @@ inline std::int64_t tile_rows(std::int64_t k) { return std::clamp<std::int64_t>(
 
 /// Y = X W^T for a BF16 or F32 weight; `store(n0, nb, tile)` receives each [M, nb] f32 tile.
 template <class Store>
-void dense_product(const float* x, std::int64_t m, const WeightView& w, Store&& store) {
+void dense_product(const float* x, std::int64_t m, const WeightView<>& w, Store&& store) {
   const std::int64_t k = w.in, n = w.out, nb = tile_rows(k);
   const Eigen::Map<const RowMatrixF> X(x, m, k);
   parallel_for((n + nb - 1) / nb, (m + 1) * nb * k, [&](std::int64_t t) {
@@ -116,7 +116,7 @@ inline constexpr auto kE4m3DecodeDouble = [] {
 }();
 
 template <class Store>
-void fp8_product(const std::uint8_t* xq, const float* xs, std::int64_t m, const WeightView& w, Store&& store) {
+void fp8_product(const std::uint8_t* xq, const float* xs, std::int64_t m, const WeightView<>& w, Store&& store) {
   using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const std::int64_t k = w.in, n = w.out, kb_count = k / kBlockSize, sc = w.scale_cols();
   RowMatrixD xd(m, k);
@@ -175,12 +175,12 @@ inline std::vector<float> widen(MatrixView<const bf16> x) {
 
 /// Refuses a weight dtype the products cannot read, before any parallel loop: an exception thrown
 /// inside an OpenMP region would terminate the program instead of reaching the caller.
-inline void check_weight_dtype(const WeightView& w, const char* op) {
+inline void check_weight_dtype(const WeightView<>& w, const char* op) {
   DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32 || w.dtype == DType::F8_E4M3, unsupported, op,
               ": weight dtype ", dtype_name(w.dtype), " in a matrix product (BF16, F32 or F8_E4M3 expected)");
 }
 
-inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView& w, std::int64_t y_rows,
+inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView<>& w, std::int64_t y_rows,
                                 std::int64_t y_cols) {
   DSV32_CHECK(x.cols == w.in && y_cols == w.out && y_rows == x.rows, invalid_argument, "linear: input [", x.rows,
               ", ", x.cols, "] and output [", y_rows, ", ", y_cols, "] do not fit weight [", w.out, ", ", w.in, "]");
@@ -193,7 +193,7 @@ inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView& w, s
 /// \param w   [out, in] BF16, F32 or F8_E4M3 (then x is quantized per 1x128 block with `fmt`)
 /// \param fmt activation scale format for FP8 weights
 /// \param y   [M, out] bf16
-inline void linear(MatrixView<const bf16> x, const WeightView& w, ScaleFmt fmt, MatrixView<bf16> y) {
+inline void linear(MatrixView<const bf16> x, const WeightView<>& w, ScaleFmt fmt, MatrixView<bf16> y) {
   detail::check_linear_shapes(x, w, y.rows, y.cols);
   detail::check_weight_dtype(w, "linear");
   if (x.rows == 0) return;
@@ -218,7 +218,7 @@ inline void linear(MatrixView<const bf16> x, const WeightView& w, ScaleFmt fmt, 
 /// \param x [M, in] bf16
 /// \param w [out, in] BF16 or F32
 /// \param y [M, out] f32
-inline void linear_f32(MatrixView<const bf16> x, const WeightView& w, MatrixView<float> y) {
+inline void linear_f32(MatrixView<const bf16> x, const WeightView<>& w, MatrixView<float> y) {
   detail::check_linear_shapes(x, w, y.rows, y.cols);
   DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32, invalid_argument,
               "f32 linear needs a BF16 or F32 weight, got ", dtype_name(w.dtype));
