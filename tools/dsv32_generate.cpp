@@ -254,26 +254,8 @@ Arguments parse_arguments(int argc, char** argv) {
   return a;
 }
 
-Tokens parse_ids(const std::string& line, const std::string& where) {
-  std::string s = line;
-  for (char& c : s)
-    if (c == ',') c = ' ';
-  std::istringstream in(s);
-  Tokens out;
-  for (std::string word; in >> word;) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != word.size() || v < INT32_MIN || v > INT32_MAX)
-      throw std::runtime_error(where + ": '" + word + "' is not a token id");
-    out.push_back(static_cast<std::int32_t>(v));
-  }
-  return out;
-}
+// Token ids written as text: dsv32::parse_token_ids() (decimal ids separated by spaces or commas).
+Tokens parse_ids(const std::string& line, const std::string& where) { return dsv32::parse_token_ids(line, where); }
 
 std::string read_all(std::istream& in) {
   std::ostringstream os;

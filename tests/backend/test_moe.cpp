@@ -178,7 +178,8 @@ TEST_CASE("cpu::route agrees with a naive routing on random logits") {
   const std::int64_t E = 16, T = 200;
   for (ScoreFunc f : {ScoreFunc::sigmoid, ScoreFunc::softmax})
     for (bool with_bias : {false, true})
-      for (const auto& [groups, limited, k] : {std::tuple{4, 2, 4}, std::tuple{1, 1, 3}, std::tuple{8, 3, 5}}) {
+      for (const auto& [groups_, limited, k] : {std::tuple{4, 2, 4}, std::tuple{1, 1, 3}, std::tuple{8, 3, 5}}) {
+        const int groups = groups_;  // CAPTURE's lambda cannot capture a structured binding before clang 16
         CAPTURE(with_bias);
         CAPTURE(groups);
         const Params p = params(f, groups, limited, k, 2.5f);

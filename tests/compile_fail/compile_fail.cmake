@@ -10,10 +10,12 @@ foreach(src IN LISTS DSV32_COMPILE_FAIL_SOURCES)
   set(target "dsv32_compile_fail_${stem}")
   add_executable(${target} EXCLUDE_FROM_ALL "${src}")
   target_link_libraries(${target} PRIVATE dsv32::dsv32)
+  # the build must fail (non-zero status) with the field in its output
   add_test(NAME ${target}
-           COMMAND "${CMAKE_COMMAND}" --build "${CMAKE_BINARY_DIR}" --target ${target} --config $<CONFIG>)
+           COMMAND "${CMAKE_COMMAND}" "-DCOMMAND=${CMAKE_COMMAND}|--build|${CMAKE_BINARY_DIR}|--target|${target}|--config|$<CONFIG>"
+                   -DRC=nonzero "-DOUTPUT=${expect}" -P "${PROJECT_SOURCE_DIR}/tests/support/expect_run.cmake")
   # the build tree is shared: one compile-fail build at a time
-  set_tests_properties(${target} PROPERTIES PASS_REGULAR_EXPRESSION "${expect}" RESOURCE_LOCK dsv32_build_tree)
+  set_tests_properties(${target} PROPERTIES RESOURCE_LOCK dsv32_build_tree)
 endforeach()
 # A config that satisfies every invariant must compile (the check above is not vacuous).
 add_executable(dsv32_compile_ok EXCLUDE_FROM_ALL "${CMAKE_CURRENT_LIST_DIR}/valid_config.cxx")

@@ -45,6 +45,46 @@ function(manifest_row json key index begin end out)
   set(${out} "${joined}" PARENT_SCOPE)
 endfunction()
 
+# continuation(<ids JSON array> <max new tokens> <out>): the text that greedy generation from these
+# prompt ids produces, computed the long way — dsv32-generate on ids (eos 1, as the text modes
+# take it from the tokenizer), then dsv32-tokenize --decode --skip-special — to check the text modes
+# against (TOKENIZE: the dsv32-tokenize tool).
+function(continuation ids_json max_new out_var)
+  string(REGEX REPLACE "[][ ]" "" ids "${ids_json}")
+  string(REPLACE "," " " ids "${ids}")
+  run(RC 0 ARGS --prompt-ids "${ids}" --temperature 0 --max-new-tokens ${max_new} --eos-id 1 --quiet
+      STDOUT "^([0-9]+( [0-9]+)*)?\n$")
+  string(STRIP "${out}" generated)
+  string(REPLACE " " "," generated "[${generated}]")
+  execute_process(COMMAND "${TOKENIZE}" --tokenizer "${tokenizer}" --decode --skip-special --text "${generated}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "dsv32-tokenize --decode ${generated}: exit status ${rc}: ${err}")
+  endif()
+  set(${out_var} "${text}" PARENT_SCOPE)
+endfunction()
+
+# json_string(<text> <out>): `text` as a JSON string literal, quotes included.
+function(json_string text out_var)
+  string(REPLACE "\\" "\\\\" text "${text}")
+  string(REPLACE "\"" "\\\"" text "${text}")
+  string(REPLACE "\n" "\\n" text "${text}")
+  string(REPLACE "\r" "\\r" text "${text}")
+  string(REPLACE "\t" "\\t" text "${text}")
+  set(${out_var} "\"${text}\"" PARENT_SCOPE)
+endfunction()
+
+# chat_ids(<messages JSON array> <out>): the prompt ids of a conversation (dsv32-tokenize --chat --ids).
+function(chat_ids messages out_var)
+  execute_process(COMMAND "${TOKENIZE}" --tokenizer "${tokenizer}" --chat --ids
+                          --text "{\"messages\": ${messages}, \"add_generation_prompt\": true}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE ids ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "dsv32-tokenize --chat --ids: exit status ${rc}: ${err}")
+  endif()
+  set(${out_var} "${ids}" PARENT_SCOPE)
+endfunction()
+
 set(timing "time to first token [0-9.]+ ms; decode [0-9]+ tokens in [0-9.]+ ms = [0-9.]+ tokens/s")
 set(golden "${DATA}/golden")
 set(tokenizer "${DATA}/tokenizer/deepseek_v3_2_exp")  # the default one
@@ -128,7 +168,8 @@ elseif(CASE STREQUAL "bad_arguments")
   run(RC 2 ARGS --top-k -1 STDERR "--top-k expects an integer")
   run(RC 2 ARGS --seed x STDERR "--seed expects a non-negative integer")
   run(RC 2 ARGS --prompt-ids "1 2" --batch-file f STDERR "give one input")
-  run(RC 1 ARGS --prompt-ids "1 x" STDERR "'x' is not a token id")
+  run(RC 1 ARGS --prompt-ids "1 x" STDERR "--prompt-ids: 'x' \\(id 2\\) is not a token id: expected a decimal integer")
+  run(RC 1 ARGS --prompt-ids "1 -5" STDERR "'-5' \\(id 2\\) is not a token id")
   run(RC 1 ARGS --prompt-ids " " STDERR "a prompt holds no token ids")
   run(RC 1 ARGS --prompt-ids "1 999999" --max-new-tokens 1
       STDERR "prompt 0 token 1 is 999999, outside the vocabulary \\[0, 129280\\)")
@@ -160,6 +201,27 @@ elseif(CASE STREQUAL "chat_session")
   # end of input ends the session too
   run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 4 --quiet INPUT "hello\n"
       STDOUT "^>>> [^\n]*\n>>> \n$")
+  # The replies, greedy, are exactly what generating from the chat template's ids gives: the first
+  # turn; a turn after /clear (a fresh conversation); a second turn, whose prompt holds the exchange
+  # before it (the reply as the assistant's message).
+  chat_ids("[{\"role\": \"user\", \"content\": \"hello\"}]" hello_ids)
+  continuation("${hello_ids}" 8 reply_hello)
+  chat_ids("[{\"role\": \"user\", \"content\": \"hi\"}]" hi_ids)
+  continuation("${hi_ids}" 8 reply_hi)
+  set(history "[]")
+  string(JSON history SET "${history}" 0 "{\"role\": \"user\", \"content\": \"hi\"}")
+  string(JSON history SET "${history}" 1 "{\"role\": \"assistant\", \"content\": \"\"}")
+  json_string("${reply_hi}" reply_hi_json)
+  string(JSON history SET "${history}" 1 content "${reply_hi_json}")
+  string(JSON history SET "${history}" 2 "{\"role\": \"user\", \"content\": \"hello\"}")
+  chat_ids("${history}" second_ids)
+  continuation("${second_ids}" 8 reply_second)
+  run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 8 --temperature 0 --quiet
+      INPUT "hello\n/clear\nhi\nhello\n/exit\n")
+  set(want ">>> ${reply_hello}\n>>> >>> ${reply_hi}\n>>> ${reply_second}\n>>> ")
+  if(NOT out STREQUAL want)
+    message(FATAL_ERROR "chat replies differ from generation on the chat template's ids:\n--- got:\n${out}\n--- want:\n${want}")
+  endif()
   # DeepSeek-V3's tokenizer and template
   run(RC 0 ARGS --chat --tokenizer "${tokenizer_v3}" --max-new-tokens 4 --quiet INPUT "hello\n"
       STDOUT "^>>> [^\n]*\n>>> \n$")
@@ -232,10 +294,28 @@ elseif(CASE STREQUAL "chat_replay")
       STDERR "replay file .*one.txt has no line left for reply 2")
 
 elseif(CASE STREQUAL "text_prompt")
+  # --prompt renders the chat template; --raw encodes the text alone (with bos). Each prints exactly
+  # what generating from those ids gives, decoded.
+  chat_ids("[{\"role\": \"user\", \"content\": \"Hello, world\"}]" chat_prompt)
+  continuation("${chat_prompt}" 6 want_chat)
   run(RC 0 ARGS --tokenizer "${tokenizer}" --prompt "Hello, world" --max-new-tokens 6 --temperature 0
       STDOUT "^[^\n]+\n$" STDERR "${timing}")
-  set(first "${out}")
+  if(NOT out STREQUAL "${want_chat}\n")
+    message(FATAL_ERROR "--prompt printed '${out}', generation on the chat template's ids gives '${want_chat}'")
+  endif()
+  execute_process(COMMAND "${TOKENIZE}" --tokenizer "${tokenizer}" --add-special --text "Hello, world"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE raw_prompt)
+  if(NOT rc EQUAL 0 OR NOT raw_prompt STREQUAL "[0,19923,14,2058]\n")
+    message(FATAL_ERROR "dsv32-tokenize --add-special: exit status ${rc}, ids ${raw_prompt}")
+  endif()
+  continuation("${raw_prompt}" 6 want_raw)
   run(RC 0 ARGS --tokenizer "${tokenizer}" --prompt "Hello, world" --max-new-tokens 6 --temperature 0 --raw --quiet)
+  if(NOT out STREQUAL "${want_raw}\n")
+    message(FATAL_ERROR "--raw printed '${out}', generation on the text's own ids gives '${want_raw}'")
+  endif()
+  if(want_raw STREQUAL want_chat)
+    message(FATAL_ERROR "--raw and the chat template gave the same text '${want_raw}': the check cannot tell them apart")
+  endif()
   file(WRITE "${WORK_DIR}/prompts.txt" "Hello\nWhat is 2+2?\n")
   run(RC 0 ARGS --tokenizer "${tokenizer}" --batch-file "${WORK_DIR}/prompts.txt" --text --max-new-tokens 4
       STDOUT "^Prompt: Hello\nCompletion: [^\n]*\n\nPrompt: What is 2\\+2\\?\nCompletion: [^\n]*\n\n$")

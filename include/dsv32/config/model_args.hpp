@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/runtime_options.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/json.hpp"
 
 namespace dsv32 {
 
@@ -92,17 +95,47 @@ struct ModelArgs {
     return a;
   }
 
+  /// \brief Largest value validate() accepts for any shape field (16,777,216; the released model's
+  ///        largest is vocab_size 129,280). Products of a few fields then stay inside 64 bits.
+  static constexpr std::int64_t kMaxShapeField = std::int64_t{1} << 24;
+  /// \brief Most parameters validate() accepts (2^50, about 1.1e15: 1,700 times the released
+  ///        model), so that count_params() and the memory plan compute without overflow.
+  static constexpr double kMaxParameters = 1125899906842624.0;
+
+  /// \brief An upper bound of count_params(a).total computed in floating point, so that it cannot
+  ///        overflow whatever the fields hold: every product count_params() forms is at most this.
+  static constexpr double parameter_bound(const ModelArgs& a) noexcept {
+    auto d = [](std::int64_t v) { return static_cast<double>(v < 0 ? -v : v); };
+    const double dim = d(a.dim), layers = d(a.n_layers), heads = d(a.n_heads), q = d(a.q_lora_rank);
+    const double kv = d(a.kv_lora_rank), nope = d(a.qk_nope_head_dim), rope = d(a.qk_rope_head_dim);
+    const double v = d(a.v_head_dim), ih = d(a.index_n_heads), id = d(a.index_head_dim);
+    const double indexer = q * ih * id + dim * id + 2 * id + dim * ih;
+    const double attention = dim * q + q + q * heads * (nope + rope) + dim * (kv + rope) + kv + kv * heads * (nope + v) +
+                             heads * v * dim + indexer + 2 * dim;
+    const double expert = 3 * dim * d(a.moe_inter_dim);
+    const double moe = d(a.n_routed_experts) * dim + d(a.n_routed_experts) +
+                       (d(a.n_routed_experts) + d(a.n_shared_experts) + d(a.n_activated_experts)) * expert;
+    return 2 * d(a.vocab_size) * dim + dim + layers * (attention + 3 * dim * d(a.inter_dim) + moe);
+  }
+
   /// \brief Throws an Error naming the first invariant a runtime config violates (the runtime twin of
-  ///        ConfigCheck, for configs read from files rather than compiled in).
+  ///        ConfigCheck, for configs read from files rather than compiled in), or a field beyond the
+  ///        limits above (kMaxShapeField, kMaxParameters).
   void validate(const std::string& source = "config") const {
     auto need = [&](bool ok, const char* what) { DSV32_CHECK(ok, invalid_config, source, ": ", what); };
+    visit_fields([&](const char* key, auto... member) {
+      if constexpr (sizeof...(member) == 1) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(field(*this, member...))>, std::int64_t>) {
+          const std::int64_t value = field(*this, member...);
+          DSV32_CHECK(value <= kMaxShapeField, invalid_config, source, ": ", key, " is ", value, ", more than the ",
+                      kMaxShapeField, " dsv32 accepts for a shape field");
+        }
+      }
+    });
+    DSV32_CHECK(parameter_bound(*this) <= kMaxParameters, invalid_config, source, ": the config describes about ",
+                parameter_bound(*this), " parameters, more than the ", kMaxParameters, " dsv32 accepts");
     need(vocab_size > 0 && dim > 0 && inter_dim > 0 && moe_inter_dim > 0 && n_layers > 0 && n_heads > 0,
          "vocab_size, dim, inter_dim, moe_inter_dim, n_layers and n_heads must be > 0");
-    constexpr std::int64_t kMaxDim = std::int64_t{1} << 24;  // far above any DeepSeek size; keeps products in 64 bits
-    for (const std::int64_t v : {vocab_size, dim, inter_dim, moe_inter_dim, n_layers, n_heads, n_routed_experts,
-                                 n_shared_experts, n_activated_experts, n_expert_groups, q_lora_rank, kv_lora_rank,
-                                 qk_nope_head_dim, qk_rope_head_dim, v_head_dim, index_n_heads, index_head_dim, index_topk})
-      need(v <= kMaxDim, "every size field must be <= 2^24 (16,777,216)");
     need(n_dense_layers >= 0 && n_dense_layers <= n_layers, "n_dense_layers must be in [0, n_layers]");
     need(n_routed_experts > 0 && n_shared_experts >= 0, "n_routed_experts must be > 0, n_shared_experts >= 0");
     need(n_activated_experts > 0 && n_activated_experts <= n_routed_experts,
@@ -192,17 +225,14 @@ struct ModelArgs {
     return a;
   }
 
-  /// \brief Reads and parses a config.json file.
+  /// \brief Reads and parses a config.json file (strictly: a key given twice or nesting deeper than
+  ///        kMaxJsonDepth is an error, see parse_json_strict()).
+  /// \throws Error(io) if it cannot be read; Error(invalid_config) as from_json() or for bad JSON.
   static ModelArgs from_file(const std::filesystem::path& path) {
-    std::ifstream in(path);
+    std::ifstream in(path, std::ios::binary);
     DSV32_CHECK(in.good(), io, "cannot open config file ", path.string());
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail(ErrorKind::invalid_config, path.string(), ": not valid JSON: ", e.what());
-    }
-    return from_json(j, path.string());
+    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    return from_json(parse_json_strict(text, path.string(), ErrorKind::invalid_config), path.string());
   }
 
   /// \brief The fields (shape fields, not runtime options) whose values differ from config `C`,

@@ -33,6 +33,7 @@
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/config/tensor_table.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/json.hpp"
 #include "dsv32/io/safetensors.hpp"
 #include "dsv32/io/tensor_source.hpp"
 
@@ -43,36 +44,10 @@ namespace dsv32 {
 
 namespace detail {
 
-/// Reads a JSON file, refusing duplicate keys at any depth (nlohmann::json would silently keep one of
-/// two) and nesting deeper than 64. A file that cannot be opened throws Error(io); a malformed one
-/// Error(`malformed`) naming the file.
+/// Reads a JSON file strictly (read_json_file_strict(): no duplicate key, nesting at most 64 deep);
+/// a file that cannot be opened throws Error(io), a malformed one Error(`malformed`) naming the file.
 inline nlohmann::json read_json_file(const std::filesystem::path& path, ErrorKind malformed) {
-  std::error_code ec;
-  DSV32_CHECK(std::filesystem::is_regular_file(path, ec), io, "cannot read ", path.string(), ": ",
-              std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
-  std::ifstream in(path, std::ios::binary);
-  DSV32_CHECK(in.good(), io, "cannot open ", path.string());
-  const std::string text{std::istreambuf_iterator<char>(in), {}};
-  using nlohmann::json;
-  std::vector<std::set<std::string>> open_objects;
-  const json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
-      if (depth >= 64) fail(malformed, path.string(), ": JSON nested deeper than 64 levels");
-      if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-    } else if (event == json::parse_event_t::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second)
-        fail(malformed, path.string(), ": key ", quoted(key), " appears twice in one JSON object");
-    } else if (event == json::parse_event_t::object_end) {
-      open_objects.pop_back();
-    }
-    return true;
-  };
-  try {
-    return json::parse(text, check, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    fail(malformed, path.string(), ": not valid JSON: ", e.what());
-  }
+  return read_json_file_strict(path, malformed);
 }
 
 // Reads the fields of a Hugging Face config object, remembering which keys were read so that the

@@ -38,12 +38,21 @@ struct Logits {
   std::int64_t vocab = 0;      ///< vocab_size (all ranks' shards gathered)
   std::vector<float> values;   ///< [batch, positions, vocab] f32
 
-  /// \brief Logits of sequence `b` at returned position `p` (default: the last one).
+  /// \brief Logits of sequence `b` at returned position `p` (default, or -1: the last one).
+  /// \throws Error(invalid_argument) unless 0 <= b < batch and -1 <= p < positions, or if
+  ///         `values` does not hold batch x positions x vocab floats.
   std::span<const float> row(std::int64_t b, std::int64_t p = -1) const {
+    DSV32_CHECK(b >= 0 && b < batch, invalid_argument, "Logits::row: sequence ", b, " is outside [0, ", batch, ")");
+    DSV32_CHECK(p >= -1 && p < positions, invalid_argument, "Logits::row: position ", p, " is outside [0, ", positions,
+                ") (or -1 for the last)");
+    DSV32_CHECK(vocab > 0 && values.size() == static_cast<std::size_t>(batch * positions * vocab), invalid_argument,
+                "Logits::row: ", values.size(), " values do not hold batch ", batch, " x positions ", positions,
+                " x vocab ", vocab);
     if (p < 0) p = positions - 1;
     return {values.data() + (b * positions + p) * vocab, static_cast<std::size_t>(vocab)};
   }
   /// \brief Greedy choice for sequence `b` at its last position (first maximum on ties).
+  /// \throws Error(invalid_argument) as row().
   std::int32_t argmax(std::int64_t b) const {
     const auto r = row(b);
     return static_cast<std::int32_t>(std::max_element(r.begin(), r.end()) - r.begin());

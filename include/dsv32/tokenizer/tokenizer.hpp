@@ -93,9 +93,10 @@ struct TokenizerCore {
     if (is_known(id)) return;
     if (id < 0 || static_cast<std::size_t>(id) >= flags.size()) {
       fail(ErrorKind::invalid_argument, what, ": token id ", id, " at position ", position,
-           " is out of range (vocab_size ", flags.size(), ")");
+           " is outside the tokenizer's vocabulary [0, ", flags.size(), ")");
     }
-    fail(ErrorKind::invalid_argument, what, ": token id ", id, " at position ", position, " has no token");
+    fail(ErrorKind::invalid_argument, what, ": token id ", id, " at position ", position,
+         " has no token in the tokenizer's vocabulary [0, ", flags.size(), ")");
   }
 
   std::optional<std::int32_t> token_to_id(std::string_view token) const {
