@@ -239,7 +239,7 @@ TEST_CASE("chat output: start states, reset, and input after the end") {
   CHECK(ChatOutputParser::start_state("<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜></think>") ==
         ChatOutputState::content);
   CHECK(ChatOutputParser::start_state("") == ChatOutputState::content);
-  CHECK_THROWS_WITH_AS(ChatOutputParser(ChatOutputState::tool_name), doctest::Contains("starts in the reasoning or content state"),
+  CHECK_THROWS_WITH_AS(ChatOutputParser{ChatOutputState::tool_name}, doctest::Contains("starts in the reasoning or content state"),
                        dsv32::Error);
 
   ChatOutputParser parser(tok());
