@@ -7,7 +7,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <random>
 #include <span>
 #include <sstream>
 #include <string>
@@ -18,6 +17,7 @@
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/runtime_options.hpp"
+#include "dsv32/core/random.hpp"
 #include "dsv32/layers/block.hpp"
 #include "dsv32/layers/context.hpp"
 #include "dsv32/layers/linear.hpp"
@@ -184,27 +184,27 @@ class Transformer {
   ///        (the synthetic weights of examples and benchmarks): linears ~ N(0, 1/in) (FP8 ones
   ///        quantized per 128x128 block with scale amax/448), norms ~ 1 + N(0, 0.01), biases ~ N(0, 0.01)
   ///        (gate bias ~ N(0, 0.25)), embedding ~ N(0, 1).
+  ///
+  /// Values come from counter_normal(): each element depends only on (seed, tensor name, index), so
+  /// the fill runs on all threads, a 671B-shaped slice takes seconds, and the result does not depend
+  /// on the thread count. No tensor is staged in a second full-size host copy.
   void init_random(std::uint64_t seed) {
     std::unordered_map<std::string, Parameter<Backend>*> params;
     visit([&](const std::string& name, Parameter<Backend>& p) { params[name] = &p; });
     load_weights([&](const std::string& name, Parameter<Backend>& p) {
       if (p.loaded()) return;  // scales are filled with their weights
-      std::mt19937_64 gen(seed ^ std::hash<std::string>{}(name));
-      std::normal_distribution<float> normal(0.0f, 1.0f);
+      const std::uint64_t key = mix64(fnv1a64(name) ^ mix64(seed));
       const Shape& s = p.shape();
-      if (name.ends_with("norm.weight")) {
-        p.fill_host([&](std::size_t) { return 1.0f + 0.1f * normal(gen); });
+      if (p.dtype() == DType::F8_E4M3) {
+        fill_fp8(p, *params.at(name.substr(0, name.size() - 6) + "scale"), key);
+      } else if (name.ends_with("norm.weight")) {
+        fill_normal(p, key, 1.0f, 0.1f);
       } else if (name.ends_with(".bias")) {
-        const float sd = name.ends_with("gate.bias") ? 0.5f : 0.1f;
-        p.fill_host([&](std::size_t) { return sd * normal(gen); });
+        fill_normal(p, key, 0.0f, name.ends_with("gate.bias") ? 0.5f : 0.1f);
       } else if (name == "embed.weight") {
-        p.fill_host([&](std::size_t) { return normal(gen); });
-      } else if (p.dtype() == DType::F8_E4M3) {
-        Parameter<Backend>& scale = *params.at(name.substr(0, name.size() - 6) + "scale");
-        fill_fp8(p, scale, gen);
+        fill_normal(p, key, 0.0f, 1.0f);
       } else {
-        const float sd = 1.0f / std::sqrt(static_cast<float>(s[s.rank() - 1]));
-        p.fill_host([&](std::size_t) { return sd * normal(gen); });
+        fill_normal(p, key, 0.0f, 1.0f / std::sqrt(static_cast<float>(s[s.rank() - 1])));
       }
     });
   }
@@ -324,23 +324,55 @@ class Transformer {
     ready_ = false;
   }
 
-  static void fill_fp8(Parameter<Backend>& weight, Parameter<Backend>& scale, std::mt19937_64& gen) {
+  // Writable host-side destination of a freshly allocated parameter, filled chunk by chunk through
+  // Memory<Backend>::copy_from_host (so no full-size staging copy ever exists).
+  static std::byte* allocate_for_fill(Parameter<Backend>& p) {
+    p.allocate();
+    return const_cast<std::byte*>(static_cast<const std::byte*>(p.data()));
+  }
+
+  // mean + sd * N(0, 1), element i of stream `key`, converted to the parameter's dtype (F32 or BF16).
+  static void fill_normal(Parameter<Backend>& p, std::uint64_t key, float mean, float sd) {
+    DSV32_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::BF16, unsupported, "init_random: a ",
+                dtype_name(p.dtype()), " parameter");
+    const std::int64_t n = p.numel(), chunk = std::int64_t{1} << 16, elem = dtype_size(p.dtype());
+    std::byte* dst = allocate_for_fill(p);
+    parallel_for_each((n + chunk - 1) / chunk, [&](std::int64_t c) {
+      const std::int64_t i0 = c * chunk, len = std::min(chunk, n - i0);
+      std::vector<float> v(static_cast<std::size_t>(len));
+      for (std::int64_t i = 0; i < len; ++i) v[i] = mean + sd * counter_normal(key, static_cast<std::uint64_t>(i0 + i));
+      if (p.dtype() == DType::BF16) {
+        std::vector<bf16> b(v.begin(), v.end());
+        Memory<Backend>::copy_from_host(dst + i0 * elem, b.data(), static_cast<std::size_t>(len * elem));
+      } else {
+        Memory<Backend>::copy_from_host(dst + i0 * elem, v.data(), static_cast<std::size_t>(len * elem));
+      }
+    });
+  }
+
+  // N(0, 1/k) values quantized per 128x128 block with scale max(amax / 448, 1e-12); one 128-row
+  // block of the weight (and its row of scales) per parallel iteration.
+  static void fill_fp8(Parameter<Backend>& weight, Parameter<Backend>& scale, std::uint64_t key) {
     const std::int64_t n = weight.shape()[0], k = weight.shape()[1];
     const std::int64_t nb = (n + kBlockSize - 1) / kBlockSize, kb = (k + kBlockSize - 1) / kBlockSize;
-    std::normal_distribution<float> normal(0.0f, 1.0f / std::sqrt(static_cast<float>(k)));
-    std::vector<float> w(static_cast<std::size_t>(n * k)), s(static_cast<std::size_t>(nb * kb), 0.0f);
-    for (float& v : w) v = normal(gen);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < k; ++j) {
-        float& m = s[(i / kBlockSize) * kb + j / kBlockSize];
-        m = std::max(m, std::fabs(w[i * k + j]));
+    const float sd = 1.0f / std::sqrt(static_cast<float>(k));
+    std::byte* codes = allocate_for_fill(weight);
+    std::byte* scales = allocate_for_fill(scale);
+    parallel_for_each(nb, [&](std::int64_t b) {
+      const std::int64_t r0 = b * kBlockSize, rows = std::min(kBlockSize, n - r0);
+      std::vector<float> w(static_cast<std::size_t>(rows * k)), s(static_cast<std::size_t>(kb), 0.0f);
+      for (std::int64_t i = 0; i < rows * k; ++i) {
+        w[i] = sd * counter_normal(key, static_cast<std::uint64_t>(r0 * k + i));
+        float& m = s[(i % k) / kBlockSize];
+        m = std::max(m, std::fabs(w[i]));
       }
-    for (float& v : s) v = std::max(v / kE4m3Max, 1e-12f);
-    weight.fill_host([&](std::size_t idx) {
-      const std::int64_t i = static_cast<std::int64_t>(idx) / k, j = static_cast<std::int64_t>(idx) % k;
-      return w[idx] / s[(i / kBlockSize) * kb + j / kBlockSize];
+      for (float& v : s) v = std::max(v / kE4m3Max, 1e-12f);
+      std::vector<std::uint8_t> q(w.size());
+      for (std::int64_t i = 0; i < rows * k; ++i) q[i] = encode_e4m3(w[i] / s[(i % k) / kBlockSize]);
+      Memory<Backend>::copy_from_host(codes + r0 * k, q.data(), q.size());
+      Memory<Backend>::copy_from_host(scales + b * kb * static_cast<std::int64_t>(sizeof(float)), s.data(),
+                                      s.size() * sizeof(float));
     });
-    scale.fill_host([&](std::size_t idx) { return s[idx]; });
   }
 
   RuntimeOptions options_;

@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
+#include "dsv32/backend/cpu/simd/isa.hpp"
 #include "dsv32/backend/weight_view.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/error.hpp"
@@ -24,6 +26,28 @@
 namespace dsv32 {
 
 namespace cpu {
+
+/// \brief How FP8 matrix products sum the E4M3 products of each 128-wide block.
+enum class Fp8Accumulation {
+  exact,  ///< exactly (as the reference's arithmetic defines it): the default
+  fast,   ///< in f32 (rounded partial sums), for prefill-sized products only
+};
+
+namespace detail {
+inline std::atomic<int>& fp8_accumulation_setting() {
+  static std::atomic<int> value{static_cast<int>(Fp8Accumulation::exact)};
+  return value;
+}
+}  // namespace detail
+
+/// \brief The FP8 accumulation mode the products use now.
+inline Fp8Accumulation fp8_accumulation() noexcept {
+  return static_cast<Fp8Accumulation>(detail::fp8_accumulation_setting().load(std::memory_order_relaxed));
+}
+/// \brief Sets the process-wide FP8 accumulation mode; returns the previous one.
+inline Fp8Accumulation set_fp8_accumulation(Fp8Accumulation mode) noexcept {
+  return static_cast<Fp8Accumulation>(detail::fp8_accumulation_setting().exchange(static_cast<int>(mode)));
+}
 
 /// \brief The kernels' f32 work matrix: dynamic size, row-major like dsv32's tensors.
 using RowMatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
