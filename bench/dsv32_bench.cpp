@@ -48,7 +48,8 @@ struct Slice671BBf16 : Slice671BFp8 {
 struct Options {
   std::string dtype = "fp8";
   int threads = 0;  // 0: the machine's cores
-  int reps = 5;     // decode steps and prefills are medians of this many (prefill: max(3, reps / 2))
+  int reps = 5;          // decode steps: medians of this many
+  int prefill_reps = 3;  // prefills: medians of this many
   bool json = false;
   std::string checkpoint;
   std::uint64_t seed = 1;
@@ -64,7 +65,8 @@ struct Options {
                "usage: dsv32-bench [options]\n"
                "  --dtype fp8|bf16        weights of the 671B slice (default fp8: E4M3 + ue8m0 scales)\n"
                "  --threads N             CPU threads, N >= 1 (default: the machine's cores)\n"
-               "  --reps N                repetitions per figure, medians reported (default 5)\n"
+               "  --reps N                decode steps per figure, medians reported (default 5)\n"
+               "  --prefill-reps N        prefills per figure, medians reported (default 3)\n"
                "  --json                  one JSON object on standard output instead of the table\n"
                "  --checkpoint DIR        load DIR (its config.json must be the slice's) instead of random weights\n"
                "  --seed S                seed of the random weights (default 1)\n"
@@ -107,6 +109,7 @@ Options parse(int argc, char** argv) {
       }
     } else if (a == "--threads") o.threads = static_cast<int>(parse_int(a, value(), 1));
     else if (a == "--reps") o.reps = static_cast<int>(parse_int(a, value(), 1));
+    else if (a == "--prefill-reps") o.prefill_reps = static_cast<int>(parse_int(a, value(), 1));
     else if (a == "--json") o.json = true;
     else if (a == "--checkpoint") o.checkpoint = value();
     else if (a == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(a, value(), 0));
@@ -339,9 +342,8 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
                  loadavg().c_str());
 
   const std::int64_t V = Config::vocab_size;
-  const int prefill_reps = std::max(3, o.reps / 2);
   const auto prompt = prompt_tokens(o.prefill, V, 1);
-  auto time_prefill = [&] { return median_s(prefill_reps, [&] { model->forward(prompt, 1, 0); }); };
+  auto time_prefill = [&] { return median_s(o.prefill_reps, [&] { model->forward(prompt, 1, 0); }); };
   f.prefill_flops = prefill_flops<Config>(*model, o.prefill);
   const double prefill_s = time_prefill();
   f.prefill_tps = static_cast<double>(o.prefill) / prefill_s;
