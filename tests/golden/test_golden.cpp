@@ -43,6 +43,15 @@ TEST_CASE("golden: tiny_bf16_rope_interleaved") {
 TEST_CASE("golden: tiny_fp8_ue8m0_yarn") { check_scenario<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn"); }
 TEST_CASE("golden: tiny_fp8_plain_scale") { check_scenario<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale"); }
 
+// The optional FP8 fast mode (f32 block sums in the prefill-sized products) against the same
+// vectors: no longer bit-exact, but within the acceptance tolerances with identical decisions.
+TEST_CASE("golden: the FP8 scenarios in the fast accumulation mode, at the acceptance tolerances") {
+  const auto previous = dsv32::cpu::set_fp8_accumulation(dsv32::cpu::Fp8Accumulation::fast);
+  check_scenario<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
+  check_scenario<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
+  dsv32::cpu::set_fp8_accumulation(previous);
+}
+
 TEST_CASE("golden: a scenario replayed with the wrong compiled config is refused, naming the fields") {
   try {
     dsv32::testing::replay_golden<dsv32::TinyBf16>(kGolden + "tiny_fp8_plain_scale");

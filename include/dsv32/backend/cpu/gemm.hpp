@@ -72,8 +72,21 @@ inline float* thread_scratch(std::size_t slot, std::size_t n) {
   return b.data();
 }
 
+/// \brief The kernel table for the ISA the products use now (active_isa()).
+inline const simd::GemmOps& gemm_ops() {
+#if defined(DSV32_CPU_X86)
+  switch (active_isa()) {
+    case Isa::avx512: return simd::avx512_ops();
+    case Isa::avx2: return simd::avx2_ops();
+    default: break;
+  }
+#endif
+  return simd::portable_ops();
+}
+
 /// \brief Rows [r0, r0 + n) of a weight as f32: exact for BF16 and F32; for F8_E4M3 the reference's
-///        dequantization bf16(e4m3 * block scale).
+///        dequantization bf16(e4m3 * block scale) (the NaN codes 0x7F / 0xFF reading as +-480, as
+///        in the products).
 /// \param w   the weight ([out, in])
 /// \param r0  first row
 /// \param n   rows, with r0 + n <= w.out
@@ -87,37 +100,22 @@ inline void weight_rows_f32(const WeightView& w, std::int64_t r0, std::int64_t n
       std::copy(src, src + n * K, out);
       break;
     }
-    case DType::BF16: {
-      const bf16* src = static_cast<const bf16*>(w.data) + r0 * K;
-      for (std::int64_t i = 0; i < n * K; ++i) out[i] = static_cast<float>(src[i]);
+    case DType::BF16:
+      gemm_ops().widen_bf16(static_cast<const std::uint16_t*>(w.data) + r0 * K, n * K, out);
       break;
-    }
     case DType::F8_E4M3: {
+      const simd::GemmOps& ops = gemm_ops();
       const auto* src = static_cast<const std::uint8_t*>(w.data);
       const std::int64_t sc = w.scale_cols();
       for (std::int64_t r = 0; r < n; ++r) {
         const std::int64_t row = r0 + r;
-        const float* srow = w.scale + (row / kBlockSize) * sc;
-        for (std::int64_t k = 0; k < K; ++k)
-          out[r * K + k] = dequant_weight(src[row * K + k], srow[k / kBlockSize]);
+        ops.dequant_e4m3(src + row * K, K, w.scale + (row / kBlockSize) * sc, out + r * K);
       }
       break;
     }
     default:
       fail(ErrorKind::unsupported, "weight dtype ", dtype_name(w.dtype), " in a matrix product");
   }
-}
-
-/// \brief The kernel table for the ISA the products use now (active_isa()).
-inline const simd::GemmOps& gemm_ops() {
-#if defined(DSV32_CPU_X86)
-  switch (active_isa()) {
-    case Isa::avx512: return simd::avx512_ops();
-    case Isa::avx2: return simd::avx2_ops();
-    default: break;
-  }
-#endif
-  return simd::portable_ops();
 }
 
 namespace detail {
@@ -147,13 +145,6 @@ T* gemm_scratch(int slot, std::size_t n) {
   return b.data();
 }
 
-/// Exact E4M3 values (NaN codes NaN: activations keep the reference's NaN propagation).
-inline constexpr auto kE4m3Double = [] {
-  std::array<double, 256> t{};
-  for (unsigned c = 0; c < 256; ++c) t[c] = ::dsv32::detail::e4m3_value(c);
-  return t;
-}();
-
 /// Rows per task so that [0, n) gives about want_tasks tasks: a multiple of align, at most max_rows.
 inline std::int64_t chunk_rows(std::int64_t n, std::int64_t want_tasks, std::int64_t align, std::int64_t max_rows) {
   std::int64_t rows = (n + want_tasks - 1) / want_tasks;
@@ -173,12 +164,10 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
     else
       ops.pack_bf16(reinterpret_cast<const std::uint16_t*>(w.data) + row * K + k0, K, n, kc, out);
   };
-  // x as f32 tiles [kc][rows] per 128 columns: (m0, rows) -> packed[chunk][kc][rows]
-  auto pack_a = [&](std::int64_t m0, int rows, std::int64_t k0, int kc, float* out) {
-    for (int i = 0; i < rows; ++i) {
-      const bf16* src = x.row(m0 + i) + k0;
-      for (int k = 0; k < kc; ++k) out[k * rows + i] = static_cast<float>(src[k]);
-    }
+  // rows [m0, m0 + rows) of x, columns [k0, k0 + kc), as f32 rows kPanelK apart
+  auto pack_a = [&](std::int64_t m0, std::int64_t rows, std::int64_t k0, int kc, float* out) {
+    for (std::int64_t i = 0; i < rows; ++i)
+      ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(x.row(m0 + i) + k0), kc, out + i * kPanelK);
   };
   const std::int64_t chunks = (K + kPanelK - 1) / kPanelK;
   if (M <= mr) {
@@ -186,7 +175,7 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
     float* a = gemm_scratch<float>(0, static_cast<std::size_t>(M * chunks * kPanelK));
     for (std::int64_t c = 0; c < chunks; ++c) {
       const int kc = static_cast<int>(std::min<std::int64_t>(kPanelK, K - c * kPanelK));
-      pack_a(0, static_cast<int>(M), c * kPanelK, kc, a + c * kPanelK * M);
+      pack_a(0, M, c * kPanelK, kc, a + c * kPanelK * M);
     }
     const std::int64_t rows = chunk_rows(N, 8 * num_threads(), nr, 4 * nr);
     parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
@@ -198,7 +187,7 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
         for (std::int64_t c = 0; c < chunks; ++c) {
           const int kc = static_cast<int>(std::min<std::int64_t>(kPanelK, K - c * kPanelK));
           pack_b(n0 + p, n, c * kPanelK, kc, bp);
-          micro(static_cast<int>(M), kc, a + c * kPanelK * M, bp, cbuf + p, rows, c > 0);
+          micro(static_cast<int>(M), kc, a + c * kPanelK * M, kPanelK, bp, nr, cbuf + p, rows, c > 0);
         }
       }
       store(0, M, n0, cols, cbuf, rows);
@@ -220,12 +209,11 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
       const int kc = static_cast<int>(std::min<std::int64_t>(kPanelK, K - k0));
       for (std::int64_t p = 0; p < cols; p += nr)
         pack_b(n0 + p, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), k0, kc, bp + p * kPanelK);
-      for (std::int64_t i = 0; i < rows; i += mr)
-        pack_a(m0 + i, static_cast<int>(std::min<std::int64_t>(mr, rows - i)), k0, kc, ap + i * kPanelK);
+      pack_a(m0, rows, k0, kc, ap);
       for (std::int64_t p = 0; p < cols; p += nr)
         for (std::int64_t i = 0; i < rows; i += mr)
-          micro(static_cast<int>(std::min<std::int64_t>(mr, rows - i)), kc, ap + i * kPanelK, bp + p * kPanelK,
-                cbuf + i * nc + p, nc, c > 0);
+          micro(static_cast<int>(std::min<std::int64_t>(mr, rows - i)), kc, ap + i * kPanelK, kPanelK,
+                bp + p * kPanelK, nr, cbuf + i * nc + p, nc, c > 0);
     }
     store(m0, rows, n0, cols, cbuf, nc);
   });
@@ -242,7 +230,8 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   if (M <= 8) {
     // Decode (both modes): weight rows streamed once, exact block dots against x * 2^512 in double.
     double* xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
-    for (std::int64_t i = 0; i < M * K; ++i) xd[i] = kE4m3Double[xq[i]] * simd::kE4m3RowsXScale;
+    ops.widen_e4m3_f64(xq, M * K, xd);
+    for (std::int64_t i = 0; i < M * K; ++i) xd[i] *= simd::kE4m3RowsXScale;
     std::int64_t rows = 64;  // a power of two, so that a task never straddles two 128-row scale blocks
     while (rows > 8 && (N + rows - 1) / rows < 8 * num_threads()) rows /= 2;
     const std::int64_t kb_step = std::max<std::int64_t>(1, 256 / M);  // x blocks of one pass stay in L2
@@ -258,40 +247,39 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     });
     return;
   }
-  // Prefill: tasks of (mc x rows) x (one 128-row block of the weight); per 128 columns the panel is
-  // packed once (f64 exact values, or f32 in the fast mode) and every row tile runs against it.
+  // Prefill: tasks of (mc x rows) x (nc weight rows, whole 128-row scale blocks); per 128 columns
+  // the weight panel is packed once (f64 exact values, or f32 in the fast mode) and every row tile
+  // of x runs against it.
   const bool exact = mode == Fp8Accumulation::exact;
   const int nr = exact ? ops.nr64 : ops.nr, mr = exact ? ops.mr64 : ops.mr;
-  const std::int64_t nc = kBlockSize, mc = std::min<std::int64_t>(M, 16 * mr);
+  const std::int64_t blocks = (N + kBlockSize - 1) / kBlockSize;
+  const std::int64_t nc = kBlockSize * (blocks >= 8 * num_threads() ? 2 : 1), mc = std::min<std::int64_t>(M, 16 * mr);
   const std::int64_t tm = (M + mc - 1) / mc, tn = (N + nc - 1) / nc;
   parallel_for(tm * tn, mc * nc * K, [&](std::int64_t t) {
     const std::int64_t m0 = (t % tm) * mc, n0 = (t / tm) * nc;
     const std::int64_t rows = std::min(mc, M - m0), cols = std::min(nc, N - n0);
     float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(mc * nc));
     std::fill(cbuf, cbuf + mc * nc, 0.0f);
-    float* scale = gemm_scratch<float>(3, static_cast<std::size_t>(mc));
-    const float* ws = w.scale + (n0 / kBlockSize) * sc;
+    float* scale = gemm_scratch<float>(3, static_cast<std::size_t>(mc * (nc / kBlockSize)));
     for (std::int64_t kb = 0; kb < KB; ++kb) {
       const std::int64_t k0 = kb * kPanelK;
-      for (std::int64_t i = 0; i < rows; ++i) scale[i] = xs[(m0 + i) * KB + kb] * ws[kb];
+      for (std::int64_t j = 0; j * kBlockSize < cols; ++j)  // scale[j][i]: row i against weight block j
+        for (std::int64_t i = 0; i < rows; ++i)
+          scale[j * mc + i] = xs[(m0 + i) * KB + kb] * w.scale[(n0 / kBlockSize + j) * sc + kb];
       if (exact) {
         double* bp = gemm_scratch<double>(1, static_cast<std::size_t>(kPanelK * nc));
         double* ap = gemm_scratch<double>(2, static_cast<std::size_t>(kPanelK * mc));
         for (std::int64_t p = 0; p < cols; p += nr)
           ops.pack_e4m3_f64(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)),
                             kPanelK, bp + p * kPanelK);
-        for (std::int64_t i = 0; i < rows; i += mr) {
-          const std::int64_t h = std::min<std::int64_t>(mr, rows - i);
-          for (std::int64_t r = 0; r < h; ++r)
-            for (int k = 0; k < kPanelK; ++k) ap[i * kPanelK + k * h + r] = kE4m3Double[xq[(m0 + i + r) * K + k0 + k]];
-        }
+        for (std::int64_t i = 0; i < rows; ++i) ops.widen_e4m3_f64(xq + (m0 + i) * K + k0, kPanelK, ap + i * kPanelK);
         alignas(64) double dot[16 * 16];
         for (std::int64_t p = 0; p < cols; p += nr)
           for (std::int64_t i = 0; i < rows; i += mr) {
             const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
-            ops.micro_f64(h, kPanelK, ap + i * kPanelK, bp + p * kPanelK, dot, nr);
-            ops.epilogue_f64(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr, scale + i,
-                             cbuf + i * nc + p, nc);
+            ops.micro_f64(h, kPanelK, ap + i * kPanelK, kPanelK, bp + p * kPanelK, dot, nr);
+            ops.epilogue_f64(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
+                             scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
           }
       } else {
         float* bp = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nc));
@@ -299,23 +287,57 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
         for (std::int64_t p = 0; p < cols; p += nr)
           ops.pack_e4m3(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), kPanelK,
                         bp + p * kPanelK);
-        for (std::int64_t i = 0; i < rows; i += mr) {
-          const std::int64_t h = std::min<std::int64_t>(mr, rows - i);
-          for (std::int64_t r = 0; r < h; ++r)
-            for (int k = 0; k < kPanelK; ++k) ap[i * kPanelK + k * h + r] = kE4m3Decode[xq[(m0 + i + r) * K + k0 + k]];
-        }
+        for (std::int64_t i = 0; i < rows; ++i) ops.widen_e4m3(xq + (m0 + i) * K + k0, kPanelK, ap + i * kPanelK);
         alignas(64) float dot[16 * 32];
         for (std::int64_t p = 0; p < cols; p += nr)
           for (std::int64_t i = 0; i < rows; i += mr) {
             const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
-            ops.micro_exact_products(h, kPanelK, ap + i * kPanelK, bp + p * kPanelK, dot, nr, false);
-            ops.epilogue_f32(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr, scale + i,
-                             cbuf + i * nc + p, nc);
+            ops.micro_exact_products(h, kPanelK, ap + i * kPanelK, kPanelK, bp + p * kPanelK, nr, dot, nr, false);
+            ops.epilogue_f32(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
+                             scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
           }
       }
     }
     store(m0, rows, n0, cols, cbuf, nc);
   });
+}
+
+/// c[i][j] = sum_k a[i][k] b(k, j) for i < M, j < N: f32 sums in increasing k on the kernels of
+/// gemm_ops(), on the calling thread. b(k, j) is b[j * ldb + k] when b_rows_n (a weight's [N, K]
+/// layout), else b[k * ldb + j]. Every product must be exact in f32 (bf16 or E4M3 values times each
+/// other), so the result is the same on every ISA and equals the plain loop's.
+inline void matmul_exact_products(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t lda,
+                                  const float* b, std::int64_t ldb, bool b_rows_n, float* c, std::int64_t ldc) {
+  const simd::GemmOps& ops = gemm_ops();
+  const int nr = ops.nr, mr = ops.mr;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (std::int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
+    return;
+  }
+  float* bp = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nr));
+  float* tile = gemm_scratch<float>(2, static_cast<std::size_t>(M * nr));
+  for (std::int64_t n0 = 0; n0 < N; n0 += nr) {
+    const int n = static_cast<int>(std::min<std::int64_t>(nr, N - n0));
+    for (std::int64_t k0 = 0; k0 < K; k0 += kPanelK) {
+      const int kc = static_cast<int>(std::min<std::int64_t>(kPanelK, K - k0));
+      const float* panel = bp;
+      std::int64_t ldp = nr;
+      if (b_rows_n) {
+        ops.pack_f32(b + n0 * ldb + k0, ldb, n, kc, bp);
+      } else if (n == nr) {
+        panel = b + k0 * ldb + n0;
+        ldp = ldb;
+      } else {
+        for (int k = 0; k < kc; ++k)
+          for (int j = 0; j < nr; ++j) bp[k * nr + j] = j < n ? b[(k0 + k) * ldb + n0 + j] : 0.0f;
+      }
+      for (std::int64_t m0 = 0; m0 < M; m0 += mr)
+        ops.micro_exact_products(static_cast<int>(std::min<std::int64_t>(mr, M - m0)), kc, a + m0 * lda + k0, lda,
+                                 panel, ldp, tile + m0 * nr, nr, k0 > 0);
+    }
+    for (std::int64_t i = 0; i < M; ++i) std::copy(tile + i * nr, tile + i * nr + n, c + i * ldc + n0);
+  }
 }
 
 }  // namespace detail

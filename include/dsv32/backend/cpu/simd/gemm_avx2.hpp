@@ -11,10 +11,13 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
+#include "dsv32/backend/cpu/simd/gemm_portable.hpp"
+#include "dsv32/core/numeric.hpp"
 
 // GCC 12 reports the "undefined" pass-through operand of its own AVX-512 intrinsics as
 // uninitialized once they are inlined here (GCC bug 105593); the operand is never read.
@@ -122,9 +125,9 @@ DSV32_TARGET_AVX2 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t 
   }
 }
 
-/// c[i][0..16) (+)= sum_k a[k * lda + i] b[k][0..16) for i < MR.
+/// c[i][0..16) (+)= sum_k a[i * lda + k] b[k][0..16) for i < MR.
 template <int MR, bool kRounded>
-DSV32_TARGET_AVX2 void micro16(int kc, const float* a, int lda, const float* b, float* c, std::int64_t ldc,
+DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                bool accumulate) {
   __m256 c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
@@ -132,9 +135,9 @@ DSV32_TARGET_AVX2 void micro16(int kc, const float* a, int lda, const float* b, 
     c1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
   for (int k = 0; k < kc; ++k) {
-    const __m256 b0 = _mm256_loadu_ps(b + k * 16), b1 = _mm256_loadu_ps(b + k * 16 + 8);
+    const __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
     for (int i = 0; i < MR; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + k * lda + i);
+      const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
       if constexpr (kRounded) {
         c0[i] = _mm256_add_ps(c0[i], opaque(_mm256_mul_ps(ai, b0)));
         c1[i] = _mm256_add_ps(c1[i], opaque(_mm256_mul_ps(ai, b1)));
@@ -151,33 +154,33 @@ DSV32_TARGET_AVX2 void micro16(int kc, const float* a, int lda, const float* b, 
 }
 
 template <bool kRounded>
-DSV32_TARGET_AVX2 void micro16_any(int mr, int kc, const float* a, const float* b, float* c, std::int64_t ldc,
+DSV32_TARGET_AVX2 void micro16_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                    bool accumulate) {
   int i = 0;
-  for (; i + 6 <= mr; i += 6) micro16<6, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate);
-  if (mr - i >= 4) micro16<4, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate), i += 4;
-  if (mr - i >= 2) micro16<2, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate), i += 2;
-  if (mr - i >= 1) micro16<1, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate);
+  for (; i + 6 <= mr; i += 6) micro16<6, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  if (mr - i >= 4) micro16<4, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
+  if (mr - i >= 2) micro16<2, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
+  if (mr - i >= 1) micro16<1, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
-DSV32_TARGET_AVX2 inline void micro_exact_products(int mr, int kc, const float* a, const float* b, float* c,
+DSV32_TARGET_AVX2 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                                                    std::int64_t ldc, bool accumulate) {
-  micro16_any<false>(mr, kc, a, b, c, ldc, accumulate);
+  micro16_any<false>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
-DSV32_TARGET_AVX2 inline void micro_rounded_products(int mr, int kc, const float* a, const float* b, float* c,
+DSV32_TARGET_AVX2 inline void micro_rounded_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                                                      std::int64_t ldc, bool accumulate) {
-  micro16_any<true>(mr, kc, a, b, c, ldc, accumulate);
+  micro16_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-/// c[i][0..8) = sum_k a[k * lda + i] b[k][0..8) in double, i < MR.
+/// c[i][0..8) = sum_k a[i * lda + k] b[k][0..8) in double, i < MR.
 template <int MR>
-DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, int lda, const double* b, double* c, std::int64_t ldc) {
+DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
   __m256d c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_pd();
   for (int k = 0; k < kc; ++k) {
     const __m256d b0 = _mm256_loadu_pd(b + k * 8), b1 = _mm256_loadu_pd(b + k * 8 + 4);
     for (int i = 0; i < MR; ++i) {
-      const __m256d ai = _mm256_broadcast_sd(a + k * lda + i);
+      const __m256d ai = _mm256_broadcast_sd(a + i * lda + k);
       c0[i] = _mm256_fmadd_pd(ai, b0, c0[i]);
       c1[i] = _mm256_fmadd_pd(ai, b1, c1[i]);
     }
@@ -188,13 +191,54 @@ DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, int lda, const double* b
   }
 }
 
-DSV32_TARGET_AVX2 inline void micro_f64(int mr, int kc, const double* a, const double* b, double* c,
+DSV32_TARGET_AVX2 inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
                                         std::int64_t ldc) {
   int i = 0;
-  for (; i + 6 <= mr; i += 6) micro8d<6>(kc, a + i, mr, b, c + i * ldc, ldc);
-  if (mr - i >= 4) micro8d<4>(kc, a + i, mr, b, c + i * ldc, ldc), i += 4;
-  if (mr - i >= 2) micro8d<2>(kc, a + i, mr, b, c + i * ldc, ldc), i += 2;
-  if (mr - i >= 1) micro8d<1>(kc, a + i, mr, b, c + i * ldc, ldc);
+  for (; i + 6 <= mr; i += 6) micro8d<6>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+  if (mr - i >= 4) micro8d<4>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 4;
+  if (mr - i >= 2) micro8d<2>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 2;
+  if (mr - i >= 1) micro8d<1>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+}
+
+DSV32_TARGET_AVX2 inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_row<0>(x + i, 0, 0, 0, 8));
+  for (; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16);
+}
+/// 8 E4M3 activation codes as exact f32 values, the NaN codes as NaN.
+DSV32_TARGET_AVX2 inline __m256 load_x_e4m3(const std::uint8_t* p) {
+  std::int64_t bits;
+  std::memcpy(&bits, p, 8);
+  const __m256i c = _mm256_and_si256(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bits)), _mm256_set1_epi32(0x7F));
+  const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(c, _mm256_set1_epi32(0x7F)));
+  return _mm256_blendv_ps(load_row<2>(p, 0, 0, 0, 8), _mm256_set1_ps(__builtin_nanf("")), nan);
+}
+DSV32_TARGET_AVX2 inline void widen_e4m3(const std::uint8_t* x, std::int64_t n, float* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_x_e4m3(x + i));
+  for (; i < n; ++i) out[i] = kE4m3Decode[x[i]];
+}
+DSV32_TARGET_AVX2 inline void widen_e4m3_f64(const std::uint8_t* x, std::int64_t n, double* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = load_x_e4m3(x + i);
+    _mm256_storeu_pd(out + i, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    _mm256_storeu_pd(out + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  for (; i < n; ++i) out[i] = kE4m3Decode[x[i]];
+}
+
+DSV32_TARGET_AVX2 inline void dequant_e4m3(const std::uint8_t* w, std::int64_t n, const float* block_scale,
+                                           float* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(load_row<2>(w + i, 0, 0, 0, 8), _mm256_set1_ps(block_scale[i / 128]));
+    const __m256i b = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb);
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  }
+  for (; i < n; ++i) out[i] = round_bf16(kE4m3Weight[w[i]] * block_scale[i / 128]);
 }
 
 DSV32_TARGET_AVX2 inline void epilogue_f64(int mr, int n, const double* dot, std::int64_t ldd, const float* scale,
@@ -338,6 +382,10 @@ inline const GemmOps& avx2_ops() {
     o.micro_f64 = avx2::micro_f64;
     o.epilogue_f64 = avx2::epilogue_f64;
     o.epilogue_f32 = avx2::epilogue_f32;
+    o.widen_bf16 = avx2::widen_bf16;
+    o.widen_e4m3 = avx2::widen_e4m3;
+    o.widen_e4m3_f64 = avx2::widen_e4m3_f64;
+    o.dequant_e4m3 = avx2::dequant_e4m3;
     o.e4m3_rows = avx2::e4m3_rows;
     return o;
   }();

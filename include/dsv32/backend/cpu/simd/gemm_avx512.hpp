@@ -130,9 +130,9 @@ DSV32_TARGET_AVX512 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_
   }
 }
 
-/// c[i][0..32) (+)= sum_k a[k * lda + i] b[k][0..32) for i < MR.
+/// c[i][0..32) (+)= sum_k a[i * lda + k] b[k][0..32) for i < MR.
 template <int MR, bool kRounded>
-DSV32_TARGET_AVX512 void micro32(int kc, const float* a, int lda, const float* b, float* c, std::int64_t ldc,
+DSV32_TARGET_AVX512 void micro32(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                  bool accumulate) {
   __m512 c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
@@ -140,9 +140,9 @@ DSV32_TARGET_AVX512 void micro32(int kc, const float* a, int lda, const float* b
     c1[i] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
   }
   for (int k = 0; k < kc; ++k) {
-    const __m512 b0 = _mm512_loadu_ps(b + k * 32), b1 = _mm512_loadu_ps(b + k * 32 + 16);
+    const __m512 b0 = _mm512_loadu_ps(b + k * ldb), b1 = _mm512_loadu_ps(b + k * ldb + 16);
     for (int i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[k * lda + i]);
+      const __m512 ai = _mm512_set1_ps(a[i * lda + k]);
       if constexpr (kRounded) {
         c0[i] = _mm512_add_ps(c0[i], opaque(_mm512_mul_ps(ai, b0)));
         c1[i] = _mm512_add_ps(c1[i], opaque(_mm512_mul_ps(ai, b1)));
@@ -159,34 +159,34 @@ DSV32_TARGET_AVX512 void micro32(int kc, const float* a, int lda, const float* b
 }
 
 template <bool kRounded>
-DSV32_TARGET_AVX512 void micro32_any(int mr, int kc, const float* a, const float* b, float* c, std::int64_t ldc,
+DSV32_TARGET_AVX512 void micro32_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                      bool accumulate) {
   int i = 0;
-  for (; i + 12 <= mr; i += 12) micro32<12, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate);
-  if (mr - i >= 8) micro32<8, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate), i += 8;
-  if (mr - i >= 4) micro32<4, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate), i += 4;
-  if (mr - i >= 2) micro32<2, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate), i += 2;
-  if (mr - i >= 1) micro32<1, kRounded>(kc, a + i, mr, b, c + i * ldc, ldc, accumulate);
+  for (; i + 12 <= mr; i += 12) micro32<12, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  if (mr - i >= 8) micro32<8, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 8;
+  if (mr - i >= 4) micro32<4, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
+  if (mr - i >= 2) micro32<2, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
+  if (mr - i >= 1) micro32<1, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
-DSV32_TARGET_AVX512 inline void micro_exact_products(int mr, int kc, const float* a, const float* b, float* c,
+DSV32_TARGET_AVX512 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                                                      std::int64_t ldc, bool accumulate) {
-  micro32_any<false>(mr, kc, a, b, c, ldc, accumulate);
+  micro32_any<false>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
-DSV32_TARGET_AVX512 inline void micro_rounded_products(int mr, int kc, const float* a, const float* b, float* c,
+DSV32_TARGET_AVX512 inline void micro_rounded_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                                                        std::int64_t ldc, bool accumulate) {
-  micro32_any<true>(mr, kc, a, b, c, ldc, accumulate);
+  micro32_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-/// c[i][0..16) = sum_k a[k * lda + i] b[k][0..16) in double, i < MR.
+/// c[i][0..16) = sum_k a[i * lda + k] b[k][0..16) in double, i < MR.
 template <int MR>
-DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, int lda, const double* b, double* c, std::int64_t ldc) {
+DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
   __m512d c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_pd();
   for (int k = 0; k < kc; ++k) {
     const __m512d b0 = _mm512_loadu_pd(b + k * 16), b1 = _mm512_loadu_pd(b + k * 16 + 8);
     for (int i = 0; i < MR; ++i) {
-      const __m512d ai = _mm512_set1_pd(a[k * lda + i]);
+      const __m512d ai = _mm512_set1_pd(a[i * lda + k]);
       c0[i] = _mm512_fmadd_pd(ai, b0, c0[i]);
       c1[i] = _mm512_fmadd_pd(ai, b1, c1[i]);
     }
@@ -197,14 +197,56 @@ DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, int lda, const double
   }
 }
 
-DSV32_TARGET_AVX512 inline void micro_f64(int mr, int kc, const double* a, const double* b, double* c,
+DSV32_TARGET_AVX512 inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
                                           std::int64_t ldc) {
   int i = 0;
-  for (; i + 12 <= mr; i += 12) micro16d<12>(kc, a + i, mr, b, c + i * ldc, ldc);
-  if (mr - i >= 8) micro16d<8>(kc, a + i, mr, b, c + i * ldc, ldc), i += 8;
-  if (mr - i >= 4) micro16d<4>(kc, a + i, mr, b, c + i * ldc, ldc), i += 4;
-  if (mr - i >= 2) micro16d<2>(kc, a + i, mr, b, c + i * ldc, ldc), i += 2;
-  if (mr - i >= 1) micro16d<1>(kc, a + i, mr, b, c + i * ldc, ldc);
+  for (; i + 12 <= mr; i += 12) micro16d<12>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+  if (mr - i >= 8) micro16d<8>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 8;
+  if (mr - i >= 4) micro16d<4>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 4;
+  if (mr - i >= 2) micro16d<2>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 2;
+  if (mr - i >= 1) micro16d<1>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+}
+
+DSV32_TARGET_AVX512 inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(out + i, m, load_row_bf16(x + i, m));
+  }
+}
+/// 16 E4M3 activation codes as exact f32 values, the NaN codes as NaN.
+DSV32_TARGET_AVX512 inline __m512 load_x_e4m3(const std::uint8_t* p, __mmask16 m) {
+  const __m128i c = _mm_maskz_loadu_epi8(m, p);
+  const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(c, _mm_set1_epi8(0x7F)), _mm_set1_epi8(0x7F));
+  return _mm512_mask_mov_ps(load_row_e4m3(p, m), nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+DSV32_TARGET_AVX512 inline void widen_e4m3(const std::uint8_t* x, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(out + i, m, load_x_e4m3(x + i, m));
+  }
+}
+DSV32_TARGET_AVX512 inline void widen_e4m3_f64(const std::uint8_t* x, std::int64_t n, double* out) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const int cnt = n - i >= 16 ? 16 : static_cast<int>(n - i);
+    const __mmask16 m = static_cast<__mmask16>((1u << cnt) - 1u);
+    const __m512 v = load_x_e4m3(x + i, m);
+    _mm512_mask_storeu_pd(out + i, static_cast<__mmask8>(m & 0xFF), _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    _mm512_mask_storeu_pd(out + i + 8, static_cast<__mmask8>(m >> 8),
+                          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  }
+}
+
+DSV32_TARGET_AVX512 inline void dequant_e4m3(const std::uint8_t* w, std::int64_t n, const float* block_scale,
+                                             float* out) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    const __m512 v = _mm512_mul_ps(load_row_e4m3(w + i, m), _mm512_set1_ps(block_scale[i / 128]));
+    // to the nearest bf16, ties to even, as a float (the bits of bf16 rounding, finite values)
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), lsb);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  }
 }
 
 DSV32_TARGET_AVX512 inline void epilogue_f64(int mr, int n, const double* dot, std::int64_t ldd, const float* scale,
@@ -350,6 +392,10 @@ inline const GemmOps& avx512_ops() {
     o.micro_f64 = avx512::micro_f64;
     o.epilogue_f64 = avx512::epilogue_f64;
     o.epilogue_f32 = avx512::epilogue_f32;
+    o.widen_bf16 = avx512::widen_bf16;
+    o.widen_e4m3 = avx512::widen_e4m3;
+    o.widen_e4m3_f64 = avx512::widen_e4m3_f64;
+    o.dequant_e4m3 = avx512::dequant_e4m3;
     o.e4m3_rows = avx512::e4m3_rows;
     return o;
   }();

@@ -22,8 +22,8 @@
 namespace dsv32::cpu::simd {
 
 /// \brief The ISA-specific pieces of the CPU matrix products (see the file comment for the
-///        arithmetic every entry performs). Packed panels are [kc][nr]: element (k, j) of a panel
-///        is weight row j, column k; packed x tiles are [kc][mr].
+///        arithmetic every entry performs). Packed weight panels are [kc][nr]: element (k, j) is
+///        weight row j, column k; x tiles are row-major, element (i, k) at a[i * lda + k].
 struct GemmOps {
   Isa isa = Isa::portable;  ///< the instruction set of these entries
   int nr = 16;              ///< f32 micro-panel width: weight rows per panel
@@ -40,15 +40,27 @@ struct GemmOps {
   /// E4M3 codes into [kc][nr64] doubles (exact values).
   void (*pack_e4m3_f64)(const std::uint8_t* w, std::int64_t ldw, int n, int kc, double* out) = nullptr;
 
-  /// c[i][j] = (accumulate ? c[i][j] : 0) + sum_k a[k][i] b[k][j] for i < mr (<= this->mr), j < nr,
-  /// in increasing k with one rounding per step (exact products: FMA where the ISA has it).
-  void (*micro_exact_products)(int mr, int kc, const float* a, const float* b, float* c, std::int64_t ldc,
-                               bool accumulate) = nullptr;
+  /// c[i][j] = (accumulate ? c[i][j] : 0) + sum_k a[i][k] b[k][j] for i < mr, j < nr, in increasing
+  /// k with one rounding per step (the products are exact: FMA where the ISA has it); b[k][j] is at
+  /// b[k * ldb + j] (a packed panel: ldb = nr).
+  void (*micro_exact_products)(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                               float* c, std::int64_t ldc, bool accumulate) = nullptr;
   /// The same with each product rounded to f32 before the addition (f32 weights).
-  void (*micro_rounded_products)(int mr, int kc, const float* a, const float* b, float* c, std::int64_t ldc,
-                                 bool accumulate) = nullptr;
-  /// c[i][j] = sum_k a[k][i] b[k][j] in double (i < mr <= mr64, j < nr64): exact for E4M3 values.
-  void (*micro_f64)(int mr, int kc, const double* a, const double* b, double* c, std::int64_t ldc) = nullptr;
+  void (*micro_rounded_products)(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                 float* c, std::int64_t ldc, bool accumulate) = nullptr;
+  /// c[i][j] = sum_k a[i][k] b[k][j] in double (i < mr, j < nr64): exact for E4M3 values.
+  void (*micro_f64)(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
+                    std::int64_t ldc) = nullptr;
+
+  /// out[i] = f32(x[i]) for n bf16 bit patterns (exact).
+  void (*widen_bf16)(const std::uint16_t* x, std::int64_t n, float* out) = nullptr;
+  /// out[i] = the exact value of E4M3 activation code x[i] (NaN codes give NaN).
+  void (*widen_e4m3)(const std::uint8_t* x, std::int64_t n, float* out) = nullptr;
+  /// The same in double.
+  void (*widen_e4m3_f64)(const std::uint8_t* x, std::int64_t n, double* out) = nullptr;
+  /// out[i] = bf16(value(w[i]) * block_scale[i / 128]) as f32, the reference's dequantized weight
+  /// (w starts at a 128-aligned column).
+  void (*dequant_e4m3)(const std::uint8_t* w, std::int64_t n, const float* block_scale, float* out) = nullptr;
 
   /// c[i][j] += f32(dot[i][j]) * scale[i] for i < mr, j < n: the FP8 block epilogue (exact mode).
   void (*epilogue_f64)(int mr, int n, const double* dot, std::int64_t ldd, const float* scale, float* c,

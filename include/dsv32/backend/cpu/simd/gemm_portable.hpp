@@ -60,32 +60,43 @@ inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t ldw, int n, int kc
     for (int j = 0; j < nr; ++j) out[k * nr + j] = j < n ? kE4m3Weight[w[j * ldw + k]] : 0.0;
 }
 
-inline void micro_exact_products(int mr, int kc, const float* a, const float* b, float* c, std::int64_t ldc,
-                                 bool accumulate) {
+inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                 float* c, std::int64_t ldc, bool accumulate) {
   constexpr int nr = 16;
+  if (mr > 4) {
+    for (int i = 0; i < mr; i += 4)
+      micro_exact_products(mr - i < 4 ? mr - i : 4, kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+    return;
+  }
   float acc[4][nr];
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
   for (int k = 0; k < kc; ++k)
     for (int i = 0; i < mr; ++i) {
-      const float ai = a[k * mr + i];
-      for (int j = 0; j < nr; ++j) acc[i][j] += ai * b[k * nr + j];  // exact product: fusing is harmless
+      const float ai = a[i * lda + k];
+      for (int j = 0; j < nr; ++j) acc[i][j] += ai * b[k * ldb + j];  // exact product: fusing is harmless
     }
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
 }
 
-DSV32_NO_FP_CONTRACT inline void micro_rounded_products(int mr, int kc, const float* a, const float* b, float* c,
-                                                        std::int64_t ldc, bool accumulate) {
+DSV32_NO_FP_CONTRACT inline void micro_rounded_products(int mr, int kc, const float* a, std::int64_t lda,
+                                                        const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                                                        bool accumulate) {
   constexpr int nr = 16;
+  if (mr > 4) {
+    for (int i = 0; i < mr; i += 4)
+      micro_rounded_products(mr - i < 4 ? mr - i : 4, kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+    return;
+  }
   float acc[4][nr];
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
   for (int k = 0; k < kc; ++k)
     for (int i = 0; i < mr; ++i) {
-      const float ai = a[k * mr + i];
+      const float ai = a[i * lda + k];
       for (int j = 0; j < nr; ++j) {
-        const float p = ai * b[k * nr + j];
+        const float p = ai * b[k * ldb + j];
         acc[i][j] += p;
       }
     }
@@ -93,16 +104,35 @@ DSV32_NO_FP_CONTRACT inline void micro_rounded_products(int mr, int kc, const fl
     for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
 }
 
-inline void micro_f64(int mr, int kc, const double* a, const double* b, double* c, std::int64_t ldc) {
+inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
+                      std::int64_t ldc) {
   constexpr int nr = 8;
+  if (mr > 4) {
+    for (int i = 0; i < mr; i += 4) micro_f64(mr - i < 4 ? mr - i : 4, kc, a + i * lda, lda, b, c + i * ldc, ldc);
+    return;
+  }
   double acc[4][nr] = {};
   for (int k = 0; k < kc; ++k)
     for (int i = 0; i < mr; ++i) {
-      const double ai = a[k * mr + i];
+      const double ai = a[i * lda + k];
       for (int j = 0; j < nr; ++j) acc[i][j] += ai * b[k * nr + j];
     }
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16);
+}
+inline void widen_e4m3(const std::uint8_t* x, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = kE4m3Decode[x[i]];
+}
+inline void widen_e4m3_f64(const std::uint8_t* x, std::int64_t n, double* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = kE4m3Decode[x[i]];
+}
+
+inline void dequant_e4m3(const std::uint8_t* w, std::int64_t n, const float* block_scale, float* out) {
+  for (std::int64_t i = 0; i < n; ++i) out[i] = round_bf16(kE4m3Weight[w[i]] * block_scale[i / 128]);
 }
 
 DSV32_NO_FP_CONTRACT inline void epilogue_f64(int mr, int n, const double* dot, std::int64_t ldd, const float* scale,
@@ -160,6 +190,10 @@ inline const GemmOps& portable_ops() {
     o.micro_f64 = portable::micro_f64;
     o.epilogue_f64 = portable::epilogue_f64;
     o.epilogue_f32 = portable::epilogue_f32;
+    o.widen_bf16 = portable::widen_bf16;
+    o.widen_e4m3 = portable::widen_e4m3;
+    o.widen_e4m3_f64 = portable::widen_e4m3_f64;
+    o.dequant_e4m3 = portable::dequant_e4m3;
     o.e4m3_rows = portable::e4m3_rows;
     return o;
   }();
