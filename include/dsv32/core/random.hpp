@@ -77,16 +77,29 @@ inline const std::array<float, kQuantileBins + 1>& normal_quantile_table() {
 
 }  // namespace detail
 
+/// \brief A standard-normal stream read many times in a row (element i equals counter_normal(key, i)):
+///        the quantile table is looked up once.
+class NormalStream {
+ public:
+  /// \param key the stream (see counter_normal())
+  explicit NormalStream(std::uint64_t key) noexcept : key_(key), q_(detail::normal_quantile_table().data()) {}
+  /// \brief Element `index` of the stream: counter_normal(key, index).
+  float operator()(std::uint64_t index) const noexcept {
+    const std::uint64_t z = mix64(key_ + (index + 1) * 0x9E3779B97F4A7C15ull);
+    const auto bin = static_cast<std::uint32_t>(z >> (64 - detail::kQuantileBits));
+    const float frac = static_cast<float>(static_cast<std::uint32_t>(z) >> 8) * (1.0f / 16777216.0f);
+    return q_[bin] + frac * (q_[bin + 1] - q_[bin]);
+  }
+
+ private:
+  std::uint64_t key_;
+  const float* q_;
+};
+
 /// \brief Element `index` of the standard-normal stream `key`: mean 0, variance 1, drawn through a
 ///        piecewise-linear normal quantile function of 4096 bins (tails cut near +-3.7), from one
 ///        SplitMix64 hash of (key, index). A few nanoseconds per value, no state.
-inline float counter_normal(std::uint64_t key, std::uint64_t index) noexcept {
-  const std::uint64_t z = mix64(key + (index + 1) * 0x9E3779B97F4A7C15ull);
-  const auto& q = detail::normal_quantile_table();
-  const auto bin = static_cast<std::uint32_t>(z >> (64 - detail::kQuantileBits));
-  const float frac = static_cast<float>(static_cast<std::uint32_t>(z) >> 8) * (1.0f / 16777216.0f);
-  return q[bin] + frac * (q[bin + 1] - q[bin]);
-}
+inline float counter_normal(std::uint64_t key, std::uint64_t index) noexcept { return NormalStream(key)(index); }
 
 /// \brief Calls `f(i)` for every i in [0, n), on all OpenMP threads when the build has OpenMP (host
 ///        work such as filling tensors; iterations must be independent).

@@ -339,8 +339,9 @@ class Transformer {
     std::byte* dst = allocate_for_fill(p);
     parallel_for_each((n + chunk - 1) / chunk, [&](std::int64_t c) {
       const std::int64_t i0 = c * chunk, len = std::min(chunk, n - i0);
+      const NormalStream normal(key);
       std::vector<float> v(static_cast<std::size_t>(len));
-      for (std::int64_t i = 0; i < len; ++i) v[i] = mean + sd * counter_normal(key, static_cast<std::uint64_t>(i0 + i));
+      for (std::int64_t i = 0; i < len; ++i) v[i] = mean + sd * normal(static_cast<std::uint64_t>(i0 + i));
       if (p.dtype() == DType::BF16) {
         std::vector<bf16> b(v.begin(), v.end());
         Memory<Backend>::copy_from_host(dst + i0 * elem, b.data(), static_cast<std::size_t>(len * elem));
@@ -360,15 +361,18 @@ class Transformer {
     std::byte* scales = allocate_for_fill(scale);
     parallel_for_each(nb, [&](std::int64_t b) {
       const std::int64_t r0 = b * kBlockSize, rows = std::min(kBlockSize, n - r0);
+      const NormalStream normal(key);
       std::vector<float> w(static_cast<std::size_t>(rows * k)), s(static_cast<std::size_t>(kb), 0.0f);
-      for (std::int64_t i = 0; i < rows * k; ++i) {
-        w[i] = sd * counter_normal(key, static_cast<std::uint64_t>(r0 * k + i));
-        float& m = s[(i % k) / kBlockSize];
-        m = std::max(m, std::fabs(w[i]));
-      }
+      for (std::int64_t i = 0; i < rows * k; ++i) w[i] = sd * normal(static_cast<std::uint64_t>(r0 * k + i));
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c = 0; c < k; ++c) s[c / kBlockSize] = std::max(s[c / kBlockSize], std::fabs(w[r * k + c]));
       for (float& v : s) v = std::max(v / kE4m3Max, 1e-12f);
       std::vector<std::uint8_t> q(w.size());
-      for (std::int64_t i = 0; i < rows * k; ++i) q[i] = encode_e4m3(w[i] / s[(i % k) / kBlockSize]);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c0 = 0; c0 < k; c0 += kBlockSize) {
+          const float sb = s[c0 / kBlockSize];
+          for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) q[r * k + c] = encode_e4m3(w[r * k + c] / sb);
+        }
       Memory<Backend>::copy_from_host(codes + r0 * k, q.data(), q.size());
       Memory<Backend>::copy_from_host(scales + b * kb * static_cast<std::int64_t>(sizeof(float)), s.data(),
                                       s.size() * sizeof(float));

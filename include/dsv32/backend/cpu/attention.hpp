@@ -21,9 +21,10 @@
 namespace dsv32::cpu {
 
 namespace detail {
-/// Per-thread f32 scratch of the attention kernels (slot: which array), grown on demand and reused.
+/// Per-thread f32 scratch of the attention kernels (slot: which array), grown on demand and reused:
+/// slots 0-3 inside parallel tasks, 4-7 for a kernel's own arrays on the calling thread.
 inline float* attention_scratch(int slot, std::size_t n) {
-  thread_local std::vector<float> buffers[4];
+  thread_local std::vector<float> buffers[8];
   auto& b = buffers[slot];
   if (b.size() < n) b.resize(n);
   return b.data();
@@ -194,26 +195,28 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
                              std::int64_t n, float scale, bf16* out) {
   // Heads split over the threads; every sum is f32 in increasing order of exact products (bf16 x bf16).
   const simd::GemmOps& ops = gemm_ops();
-  std::vector<float> kv(static_cast<std::size_t>(n * C)), pe(static_cast<std::size_t>(n * rope));
-  std::vector<float> ql(static_cast<std::size_t>(H * C)), qp(static_cast<std::size_t>(H * rope));
-  std::vector<float> scores(static_cast<std::size_t>(H * n));
+  float* kv = detail::attention_scratch(4, static_cast<std::size_t>(n * C));
+  float* pe = detail::attention_scratch(5, static_cast<std::size_t>(n * rope));
+  float* ql = detail::attention_scratch(6, static_cast<std::size_t>(H * (C + rope)));
+  float* qp = ql + H * C;
+  float* scores = detail::attention_scratch(7, static_cast<std::size_t>(H * n));
   parallel_for(n, C + rope, [&](std::int64_t j) {
     ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(kv_cache + static_cast<std::int64_t>(selected[j]) * C), C,
-                   kv.data() + j * C);
+                   kv + j * C);
     ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(pe_cache + static_cast<std::int64_t>(selected[j]) * rope),
-                   rope, pe.data() + j * rope);
+                   rope, pe + j * rope);
   });
-  ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_lat), H * C, ql.data());
+  ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_lat), H * C, ql);
   for (std::int64_t h = 0; h < H; ++h)
-    ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_pe + h * q_pe_stride), rope, qp.data() + h * rope);
+    ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_pe + h * q_pe_stride), rope, qp + h * rope);
   const std::int64_t group = std::max<std::int64_t>(1, H / (4 * num_threads()));
   parallel_for((H + group - 1) / group, group * n * (2 * C + rope), [&](std::int64_t g) {
     const std::int64_t h0 = g * group, hn = std::min(group, H - h0);
-    float* sc = scores.data() + h0 * n;
+    float* sc = scores + h0 * n;
     float* pe_part = detail::attention_scratch(0, static_cast<std::size_t>(hn * n));
     float* o = detail::attention_scratch(1, static_cast<std::size_t>(hn * C));
-    detail::matmul_exact_products(hn, n, C, ql.data() + h0 * C, C, kv.data(), C, true, sc, n);
-    detail::matmul_exact_products(hn, n, rope, qp.data() + h0 * rope, rope, pe.data(), rope, true, pe_part, n);
+    detail::matmul_exact_products(hn, n, C, ql + h0 * C, C, kv, C, true, sc, n);
+    detail::matmul_exact_products(hn, n, rope, qp + h0 * rope, rope, pe, rope, true, pe_part, n);
     for (std::int64_t h = 0; h < hn; ++h) {
       float* p = sc + h * n;
       for (std::int64_t j = 0; j < n; ++j) {
@@ -222,7 +225,7 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
       }
       detail::softmax_to_bf16(p, n);
     }
-    detail::matmul_exact_products(hn, C, n, sc, n, kv.data(), C, false, o, C);
+    detail::matmul_exact_products(hn, C, n, sc, n, kv, C, false, o, C);
     for (std::int64_t i = 0; i < hn * C; ++i) out[h0 * C + i] = bf16(o[i]);
   });
 }

@@ -139,7 +139,7 @@ inline constexpr int kPanelK = 128;
 /// Per-thread scratch arrays, grown on demand and reused across calls (slot: which array).
 template <class T>
 T* gemm_scratch(int slot, std::size_t n) {
-  thread_local std::vector<T> buffers[4];
+  thread_local std::vector<T> buffers[6];
   auto& b = buffers[slot];
   if (b.size() < n) b.resize(n);
   return b.data();
@@ -362,10 +362,11 @@ inline void linear(MatrixView<const bf16> x, const WeightView& w, ScaleFmt fmt, 
   if (w.dtype == DType::F8_E4M3) {
     DSV32_CHECK(w.in % kBlockSize == 0, invalid_argument, "FP8 linear needs in_features % 128 == 0, got ", w.in);
     const std::int64_t kb = w.in / kBlockSize;
-    std::vector<std::uint8_t> xq(static_cast<std::size_t>(x.rows * w.in));
-    std::vector<float> xs(static_cast<std::size_t>(x.rows * kb));
-    act_quant(x, fmt, {xq.data(), x.rows, w.in, w.in}, {xs.data(), x.rows, kb, kb});
-    detail::fp8_product(ops, xq.data(), xs.data(), x.rows, w, fp8_accumulation(), store);
+    // the calling thread's scratch slots that no task of the product uses
+    std::uint8_t* xq = detail::gemm_scratch<std::uint8_t>(0, static_cast<std::size_t>(x.rows * w.in));
+    float* xs = detail::gemm_scratch<float>(4, static_cast<std::size_t>(x.rows * kb));
+    act_quant(x, fmt, {xq, x.rows, w.in, w.in}, {xs, x.rows, kb, kb});
+    detail::fp8_product(ops, xq, xs, x.rows, w, fp8_accumulation(), store);
   } else {
     detail::dense_product(ops, x, w, store);
   }

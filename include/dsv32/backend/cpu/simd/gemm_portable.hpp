@@ -33,6 +33,7 @@ inline constexpr std::array<float, 256> kE4m3Weight = [] {
   return t;
 }();
 
+/// \cond DSV32_KERNEL_INTERNALS (the entries of the table; GemmOps documents them)
 namespace portable {
 
 inline void pack_bf16(const std::uint16_t* w, std::int64_t ldw, int n, int kc, float* out) {
@@ -171,6 +172,7 @@ DSV32_NO_FP_CONTRACT inline void e4m3_rows(int M, int rows, std::int64_t kb0, st
 }
 
 }  // namespace portable
+/// \endcond
 
 /// \brief The portable table.
 inline const GemmOps& portable_ops() {
