@@ -8,37 +8,10 @@
 #include <cstdlib>
 #include <vector>
 
+#include "bench_configs.hpp"
 #include "bench_util.hpp"
 
-/// 2 layers (1 dense, 1 MoE) with the 671B model's MLA and indexer shapes scaled to dim 2048.
-struct BenchConfig : dsv32::ConfigDefaults {
-  static constexpr std::string_view name = "bench-2layer";
-  static constexpr std::int64_t vocab_size = 32768;
-  static constexpr std::int64_t dim = 2048;
-  static constexpr std::int64_t inter_dim = 5120;
-  static constexpr std::int64_t moe_inter_dim = 1024;
-  static constexpr std::int64_t n_layers = 2;
-  static constexpr std::int64_t n_dense_layers = 1;
-  static constexpr std::int64_t n_heads = 16;
-  static constexpr std::int64_t n_routed_experts = 32;
-  static constexpr std::int64_t n_shared_experts = 1;
-  static constexpr std::int64_t n_activated_experts = 8;
-  static constexpr std::int64_t n_expert_groups = 8;
-  static constexpr std::int64_t n_limited_groups = 4;
-  static constexpr dsv32::ScoreFunc score_func = dsv32::ScoreFunc::sigmoid;
-  static constexpr double route_scale = 2.5;
-  static constexpr std::int64_t q_lora_rank = 1536;
-  static constexpr std::int64_t kv_lora_rank = 512;
-  static constexpr std::int64_t qk_nope_head_dim = 128;
-  static constexpr std::int64_t qk_rope_head_dim = 64;
-  static constexpr std::int64_t v_head_dim = 128;
-  static constexpr std::int64_t index_n_heads = 64;
-  static constexpr std::int64_t index_head_dim = 128;
-  static constexpr std::int64_t index_topk = 2048;
-  static constexpr dsv32::WeightDType dtype = dsv32::WeightDType::fp8;
-  static constexpr dsv32::ScaleFmt scale_fmt = dsv32::ScaleFmt::ue8m0;
-  static constexpr std::optional<bool> gate_bias = true;
-};
+using BenchConfig = dsv32::bench::Bench2Layer;
 
 int main(int argc, char** argv) {
   using namespace dsv32;

@@ -13,6 +13,7 @@
 
 int main(int argc, char** argv) {
   using namespace dsv32;
+  ExecutionContext<Cpu> ctx;
   const int reps = argc > 1 ? std::atoi(argv[1]) : 5;
   struct Shape2 { const char* name; std::int64_t out, in; };
   const Shape2 shapes[] = {{"wq_a 7168->1536", 1536, 7168}, {"expert w1 7168->2048", 2048, 7168},
@@ -33,10 +34,10 @@ int main(int argc, char** argv) {
       std::vector<bf16> x(static_cast<std::size_t>(m * s.in)), y(static_cast<std::size_t>(m * s.out));
       for (auto& v : x) v = bf16(normal(gen));
       for (int fp8 = 0; fp8 < 2; ++fp8) {
-        const WeightView w = fp8 ? WeightView{DType::F8_E4M3, wq.data(), s.out, s.in, scale.data()}
-                                 : WeightView{DType::BF16, wb.data(), s.out, s.in, nullptr};
+        const WeightView<> w = fp8 ? WeightView<>{DType::F8_E4M3, wq.data(), s.out, s.in, scale.data()}
+                                 : WeightView<>{DType::BF16, wb.data(), s.out, s.in, nullptr};
         const double ms = bench::median_ms(reps, [&] {
-          Kernels<Cpu>::linear({x.data(), m, s.in, s.in}, w, ScaleFmt::ue8m0, {y.data(), m, s.out, s.out});
+          Kernels<Cpu>::linear(ctx, {x.data(), m, s.in, s.in}, w, ScaleFmt::ue8m0, {y.data(), m, s.out, s.out});
         });
         const double flops = 2.0 * m * s.out * s.in, bytes = static_cast<double>(s.out * s.in) * (fp8 ? 1 : 2);
         std::printf("%-24s %-6s %5lld %10.3f %10.2f %10.2f\n", s.name, fp8 ? "fp8" : "bf16", static_cast<long long>(m),

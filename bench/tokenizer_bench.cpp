@@ -2,7 +2,10 @@
 // text (English, code, CJK, digits, emoji, whitespace runs), generated deterministically from the
 // tokenizer's case files and a fixed-seed generator. Prints median MB/s and tokens/s.
 //
-// usage: dsv32-bench-tokenizer [--tokenizer DIR] [--mb MEGABYTES] [--runs N] [--cache ENTRIES]
+// usage: dsv32-bench-tokenizer [--tokenizer DIR] [--cases DIR] [--mb MEGABYTES] [--runs N] [--cache ENTRIES]
+//
+// The corpus is built from the case files (encode_cases.json, reference_cases.json) of --cases,
+// by default DeepSeek-V3's folder, so that tokenizers are compared on the same text.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -22,6 +25,7 @@ using Clock = std::chrono::steady_clock;
 
 struct Settings {
   std::string tokenizer_dir;
+  std::string cases_dir;
   double megabytes = 4.0;
   int runs = 5;
   std::size_t cache = dsv32::TokenizerOptions{}.cache_capacity;
@@ -96,17 +100,21 @@ Settings parse(int argc, char** argv) {
   Settings s;
 #ifdef DSV32_TOKENIZER_DEFAULT_DIR
   s.tokenizer_dir = DSV32_TOKENIZER_DEFAULT_DIR;
+  s.cases_dir = DSV32_TOKENIZER_DEFAULT_DIR;
 #endif
   if (const char* env = std::getenv("DSV32_TOKENIZER_DIR")) s.tokenizer_dir = env;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg == "--help" || i + 1 >= argc) {
-      std::cerr << "usage: dsv32-bench-tokenizer [--tokenizer DIR] [--mb MEGABYTES] [--runs N] [--cache ENTRIES]\n";
+      std::cerr << "usage: dsv32-bench-tokenizer [--tokenizer DIR] [--cases DIR] [--mb MEGABYTES] [--runs N] "
+                   "[--cache ENTRIES]\n";
       std::exit(arg == "--help" ? 0 : 2);
     }
     const std::string value = argv[++i];
     if (arg == "--tokenizer") {
       s.tokenizer_dir = value;
+    } else if (arg == "--cases") {
+      s.cases_dir = value;
     } else if (arg == "--mb") {
       s.megabytes = std::stod(value);
     } else if (arg == "--runs") {
@@ -131,7 +139,7 @@ int main(int argc, char** argv) try {
 
   std::vector<std::string> case_texts;
   for (const char* file : {"encode_cases.json", "reference_cases.json"}) {
-    const auto j = dsv32::bpe::read_json_file(s.tokenizer_dir + "/" + file);
+    const auto j = dsv32::bpe::read_json_file((s.cases_dir.empty() ? s.tokenizer_dir : s.cases_dir) + "/" + file);
     for (const auto& c : j.contains("cases") ? j.at("cases") : j.at("encode")) case_texts.push_back(c.at("text"));
   }
   const std::vector<std::string> docs = make_corpus(s, case_texts);

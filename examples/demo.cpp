@@ -9,7 +9,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -63,17 +62,14 @@ int main(int argc, char** argv) {
         temperature = std::stod(v, &used);
         if (used != v.size()) throw std::invalid_argument(v);
       } else if (a == "--prompt") {
-        std::istringstream in(value());
-        prompt.clear();
-        for (std::string word; in >> word;) {
-          prompt.push_back(std::stoi(word, &used));
-          if (used != word.size()) throw std::invalid_argument(word);
-        }
+        prompt = dsv32::parse_token_ids(value(), "--prompt");
       } else {
         usage_error("unknown argument '" + a + "'");
       }
     } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
       usage_error("bad value for " + a);
+    } catch (const dsv32::Error& e) {  // --prompt
+      usage_error(e.what());
     }
   }
   if (new_tokens < 1 || prompt.empty()) usage_error("need --new-tokens >= 1 and a non-empty --prompt");

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs dsv32's build dependencies from Debian packages (skipped when they are already present).
 set -euo pipefail
-packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev doctest-dev libpcre2-dev doxygen)
+# clang-14, libclang-rt-14-dev, libomp-14-dev: the sanitizer build and the libFuzzer targets
+# (scripts/sanitizer-build.sh; libomp is clang's OpenMP)
+packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev doctest-dev libpcre2-dev doxygen clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -27,6 +27,10 @@
 #include <string_view>
 #include <vector>
 
+#if !defined(_WIN32)
+#include <unistd.h>
+#endif
+
 #include <nlohmann/json.hpp>
 
 namespace fs = std::filesystem;
@@ -36,7 +40,7 @@ namespace {
 using Tokens = std::vector<std::int32_t>;
 
 // The embedded default model: the shape of the golden FP8 scenarios at dim 128, with the released
-// model's vocabulary (129280) so that the DeepSeek-V3 tokenizer's ids all fit and text and chat
+// model's vocabulary (129280) so that the DeepSeek tokenizers' ids all fit and text and chat
 // modes work out of the box. Random weights: 97 MiB, about 1 s to initialize and a few ms per
 // token on one core. (A smaller vocabulary would be faster but could not run text modes.)
 struct EmbeddedDefault : dsv32::TinyFp8Ue8m0Yarn {
@@ -70,15 +74,24 @@ input, as token ids (default mode):
 
 input, as text (builds with the tokenizer component only):
   --tokenizer DIR      directory with tokenizer.json and tokenizer_config.json (default: the
-                       checkpoint directory when it holds tokenizer.json, else the tokenizer
-                       vendored in the dsv32 source tree, if present)
+                       checkpoint directory when it holds tokenizer.json, else DeepSeek-V3.2-Exp's
+                       tokenizer vendored in the dsv32 source tree, if present)
   --prompt "TEXT"      one text prompt; the completion is printed as text, streamed
   --text               --batch-file lines are text prompts
   --raw                encode text prompts as they are (with bos) instead of as a user message
                        of the chat template (the default, as the reference's generate.py does)
   --chat               interactive chat as the reference's generate.py --interactive: reads lines
                        after a ">>> " prompt, "/clear" forgets the conversation, "/exit" or end of
-                       input quits; replies are streamed and kept in the conversation
+                       input quits; replies are streamed and kept in the conversation.
+                       "/tool TEXT" answers the tool calls of the last reply with TEXT (a tool
+                       message) and generates what follows
+  --thinking           thinking mode of DeepSeek-V3.2-Exp's chat template (--prompt, --chat,
+                       --batch-file --text): the reply starts with reasoning, shown apart from the
+                       answer (dimmed on a terminal, else between <think> and </think>); only the
+                       answer is kept in the conversation
+  --replay-ids FILE    no model: each generation "produces" the token ids of the next line of FILE
+                       (one line per prompt and turn; eos ends it early). For tests and demos of
+                       the text display
   Text modes need a model whose vocab_size covers the tokenizer's ids.
 
 generation:
@@ -94,6 +107,8 @@ generation:
 output:
   Token ids: one line per prompt with its completion's ids (streamed for a single prompt).
   Text: the completion (streamed for a single prompt; "Prompt:"/"Completion:" pairs for a batch).
+  Tool calls parsed from a chat-template reply are printed as JSON lines, one per call:
+  {"function":{"arguments":"...","name":"..."},"type":"function"}.
   Standard error: the model loaded, then time to first token and decode tokens/s of each run.
   --quiet              no model or timing lines on standard error
   --help               this help
@@ -105,6 +120,7 @@ examples:
   dsv32-generate --checkpoint tests/data/golden/tiny_bf16 --prompt-ids "97 260 130" --temperature 0
   echo "1 2 3" | dsv32-generate --checkpoint DIR --prompt-ids - --max-new-tokens 8
   dsv32-generate --checkpoint /models/DeepSeek-V3.2-Exp --prompt "Why is the sky blue?"
+  dsv32-generate --chat --thinking --max-new-tokens 20
   dsv32-generate --chat --tokenizer tests/data/tokenizer/deepseek_v3 --max-new-tokens 20
 )";
 
@@ -117,7 +133,8 @@ struct Arguments {
   std::optional<std::string> batch_file;  // "-" = stdin
   std::optional<fs::path> tokenizer;
   std::optional<std::string> prompt_text;
-  bool text = false, raw = false, chat = false, quiet = false;
+  std::optional<fs::path> replay_ids;
+  bool text = false, raw = false, chat = false, thinking = false, quiet = false;
   dsv32::GenerateOptions gen;
   bool eos_given = false;
 };
@@ -184,6 +201,10 @@ Arguments parse_arguments(int argc, char** argv) {
       a.raw = true;
     } else if (arg == "--chat" || arg == "--interactive") {
       a.chat = true;
+    } else if (arg == "--thinking") {
+      a.thinking = true;
+    } else if (arg == "--replay-ids") {
+      a.replay_ids = value();
     } else if (arg == "--quiet") {
       a.quiet = true;
     } else if (arg == "--max-new-tokens") {
@@ -220,36 +241,21 @@ Arguments parse_arguments(int argc, char** argv) {
   if (inputs > 1) usage_error("give one input: --prompt-ids, --batch-file, --prompt or --chat");
   if (a.text && !a.batch_file) usage_error("--text applies to --batch-file");
   if (a.raw && !(a.prompt_text || a.text)) usage_error("--raw applies to text prompts (--prompt, --batch-file --text)");
+  if (a.thinking && (a.raw || !(a.prompt_text || a.text || a.chat)))
+    usage_error("--thinking applies to chat-template prompts (--prompt, --chat, --batch-file --text), not --raw");
+  if (a.replay_ids && a.checkpoint) usage_error("--replay-ids replaces the model: give it or --checkpoint");
   if (a.prompt_ids && a.batch_file && *a.prompt_ids == "-" && *a.batch_file == "-")
     usage_error("standard input can be read once");
 #if !defined(DSV32_GENERATE_WITH_TOKENIZER)
-  if (a.prompt_text || a.text || a.chat || a.tokenizer)
-    usage_error("text input (--prompt, --text, --chat, --tokenizer) needs the tokenizer component, which this build "
+  if (a.prompt_text || a.text || a.chat || a.tokenizer || a.thinking)
+    usage_error("text input (--prompt, --text, --chat, --tokenizer, --thinking) needs the tokenizer component, which this build "
                 "of dsv32-generate does not have (configure with PCRE2 and DSV32_BUILD_TOKENIZER=ON)");
 #endif
   return a;
 }
 
-Tokens parse_ids(const std::string& line, const std::string& where) {
-  std::string s = line;
-  for (char& c : s)
-    if (c == ',') c = ' ';
-  std::istringstream in(s);
-  Tokens out;
-  for (std::string word; in >> word;) {
-    std::size_t used = 0;
-    long long v = -1;
-    try {
-      v = std::stoll(word, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != word.size() || v < INT32_MIN || v > INT32_MAX)
-      throw std::runtime_error(where + ": '" + word + "' is not a token id");
-    out.push_back(static_cast<std::int32_t>(v));
-  }
-  return out;
-}
+// Token ids written as text: dsv32::parse_token_ids() (decimal ids separated by spaces or commas).
+Tokens parse_ids(const std::string& line, const std::string& where) { return dsv32::parse_token_ids(line, where); }
 
 std::string read_all(std::istream& in) {
   std::ostringstream os;
@@ -312,6 +318,50 @@ class ModelEngine final : public Engine {
   dsv32::Transformer<Config> model_;
 };
 
+// --replay-ids: no model; each sequence of each generate() call "produces" the ids of the next line
+// of a file, through the same callbacks and stopping rules (eos, max_new_tokens) as generate().
+class ReplayEngine final : public Engine {
+ public:
+  ReplayEngine(const fs::path& file, std::int64_t max_seq_len) : file_(file.string()), max_seq_len_(max_seq_len) {
+    std::ifstream in(file);
+    if (!in) throw std::runtime_error("cannot open replay file " + file_);
+    for (std::string line; std::getline(in, line);) lines_.push_back(parse_ids(line, file_ + " line " + std::to_string(lines_.size() + 1)));
+  }
+  dsv32::GenerationResult generate(const std::vector<Tokens>& prompts, const dsv32::GenerateOptions& o) override {
+    dsv32::GenerationResult r;
+    r.sequences.resize(prompts.size());
+    for (std::size_t b = 0; b < prompts.size(); ++b) {
+      if (next_ == lines_.size())
+        throw std::runtime_error("replay file " + file_ + " has no line left for reply " + std::to_string(next_ + 1));
+      r.stats.prompt_tokens += static_cast<std::int64_t>(prompts[b].size());
+      dsv32::SequenceResult& seq = r.sequences[b];
+      for (std::int32_t id : lines_[next_]) {
+        if (static_cast<std::int64_t>(seq.tokens.size()) == o.max_new_tokens) break;
+        if (o.eos_id && id == *o.eos_id) {
+          seq.finish = dsv32::FinishReason::eos;
+          break;
+        }
+        seq.tokens.push_back(id);
+        if (o.on_token && !o.on_token(b, id)) {
+          seq.finish = dsv32::FinishReason::stopped;
+          break;
+        }
+      }
+      r.stats.generated_tokens += static_cast<std::int64_t>(seq.tokens.size());
+      ++next_;
+    }
+    return r;
+  }
+  std::int64_t vocab_size() const override { return EmbeddedDefault::vocab_size; }
+  std::int64_t max_seq_len() const override { return max_seq_len_; }
+
+ private:
+  std::string file_;
+  std::vector<Tokens> lines_;
+  std::size_t next_ = 0;
+  std::int64_t max_seq_len_;
+};
+
 // The one place that reads a checkpoint directory's config.json: the reference's ModelArgs fields,
 // or Hugging Face's when the build has their parser (<dsv32/io/hf_checkpoint.hpp>).
 dsv32::ModelArgs read_checkpoint_args(const fs::path& dir) {
@@ -320,6 +370,7 @@ dsv32::ModelArgs read_checkpoint_args(const fs::path& dir) {
 }
 
 std::unique_ptr<Engine> make_engine(const Arguments& a, std::int64_t batch) {
+  if (a.replay_ids) return std::make_unique<ReplayEngine>(*a.replay_ids, a.max_seq_len.value_or(kEmbeddedMaxSeqLen));
   if (!a.checkpoint) {
     dsv32::RuntimeOptions runtime;
     runtime.max_batch_size = std::max<std::int64_t>(1, batch);
@@ -400,15 +451,131 @@ fs::path tokenizer_dir(const Arguments& a) {
                                         : std::string("no tokenizer: pass --tokenizer DIR"));
 }
 
-// Text of one token for streaming: ids the tokenizer lacks (a model's padding rows of the
-// vocabulary, which random weights do produce) print as U+FFFD.
-std::string piece(dsv32::StreamDecoder& stream, const dsv32::Tokenizer& tok, std::int32_t id) {
-  return tok.contains(id) ? stream.push(id) : stream.finish() + "\xEF\xBF\xBD";
+// Whether reasoning is dimmed (standard output is a terminal and NO_COLOR is not set) rather than
+// marked with <think> ... </think>.
+bool dim_reasoning() {
+#if defined(_WIN32)
+  return false;
+#else
+  const char* no_color = std::getenv("NO_COLOR");
+  return isatty(STDOUT_FILENO) == 1 && (no_color == nullptr || *no_color == '\0');
+#endif
 }
+
+// Prints one reply as its tokens arrive. A chat-template reply goes through ChatOutputParser: the
+// reasoning apart from the answer (dimmed, or between <think> and </think>), each tool call as a
+// JSON line; a reply that breaks DeepSeek's output format is shown as generated from there on. A
+// --raw reply is plain decoded text. Ids the tokenizer lacks (a model's padding rows of the
+// vocabulary, which random weights do produce) print as U+FFFD.
+class ReplyPrinter {
+ public:
+  ReplyPrinter(const dsv32::Tokenizer& tok, std::ostream& out, bool dim)
+      : tok_(tok), out_(out), parser_(tok), plain_(tok.stream_decoder(/*skip_special_tokens=*/true)), dim_(dim) {}
+
+  // A new reply to `prompt` (the rendered chat template), or a --raw reply (nullopt).
+  void start(const std::optional<std::string>& prompt) {
+    structured_ = prompt.has_value();
+    parser_.reset(prompt ? dsv32::ChatOutputParser::start_state(*prompt) : dsv32::ChatOutputState::content);
+    plain_.reset();
+    plain_text_.clear();
+    in_reasoning_ = false;
+    last_ = '\0';
+  }
+
+  void push(std::int32_t id) {
+    if (structured_) {
+      try {
+        show(tok_.contains(id) ? parser_.push(id) : parser_.push_text(dsv32::utf8::replacement_character));
+        return;
+      } catch (const dsv32::Error& e) {
+        std::cout << std::flush;
+        std::cerr << "\ndsv32-generate: " << e.what() << "; the rest of the reply is shown as generated\n";
+        close_reasoning();
+        structured_ = false;
+      }
+    }
+    show_plain(tok_.contains(id) ? plain_.push(id) : plain_.finish() + std::string(dsv32::utf8::replacement_character));
+  }
+
+  void finish() {
+    if (structured_) {
+      try {
+        show(parser_.finish());
+      } catch (const dsv32::Error& e) {
+        std::cout << std::flush;
+        std::cerr << "\ndsv32-generate: " << e.what() << '\n';
+      }
+    }
+    show_plain(plain_.finish());
+    close_reasoning();
+    if (last_ != '\n') emit("\n");
+    out_ << std::flush;
+  }
+
+  // The reply as the conversation keeps it: the answer and the tool calls, not the reasoning.
+  dsv32::ChatMessage message() const {
+    dsv32::ChatMessage m = parser_.output().message();
+    m.content += plain_text_;
+    return m;
+  }
+
+ private:
+  void emit(std::string_view s) {
+    if (s.empty()) return;
+    out_ << s;
+    last_ = s.back();
+  }
+  void show(const dsv32::ChatOutputDelta& d) {
+    if (!d.reasoning.empty()) {
+      if (!in_reasoning_) {
+        if (dim_) out_ << "\x1b[2m";
+        else emit("<think>");
+        in_reasoning_ = true;
+      }
+      emit(d.reasoning);
+    }
+    if (!d.content.empty() || !d.tool_calls.empty()) close_reasoning();
+    emit(d.content);
+    for (const dsv32::ToolCall& call : d.tool_calls) {
+      if (last_ != '\n' && last_ != '\0') emit("\n");
+      emit(nlohmann::json(call).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+    }
+    out_ << std::flush;
+  }
+  void show_plain(const std::string& s) {
+    plain_text_ += s;
+    emit(s);
+    out_ << std::flush;
+  }
+  void close_reasoning() {
+    if (!in_reasoning_) return;
+    in_reasoning_ = false;
+    if (dim_) {
+      out_ << "\x1b[0m";
+      if (last_ != '\n') emit("\n");
+    } else {
+      emit("</think>\n");
+    }
+  }
+
+  const dsv32::Tokenizer& tok_;
+  std::ostream& out_;
+  dsv32::ChatOutputParser parser_;
+  dsv32::StreamDecoder plain_;
+  std::string plain_text_;  // text shown unparsed (--raw, or after the format broke)
+  bool dim_;
+  bool structured_ = true;
+  bool in_reasoning_ = false;
+  char last_ = '\0';  // the last character shown ('\0': none yet)
+};
 
 int run_text(const Arguments& a) {
   const fs::path dir = tokenizer_dir(a);
   const dsv32::Tokenizer tok = dsv32::Tokenizer::from_directory(dir);
+  if (a.thinking && !tok.chat_template().has_thinking_mode())
+    throw std::runtime_error("--thinking: the chat template of the tokenizer in " + dir.string() + " (" +
+                             std::string(dsv32::to_string(tok.chat_template().kind())) +
+                             "'s) has no thinking mode; DeepSeek-V3.2-Exp's has");
   std::vector<std::string> texts;
   if (a.prompt_text) texts.push_back(*a.prompt_text);
   else if (a.batch_file) texts = read_lines(*a.batch_file);
@@ -422,31 +589,46 @@ int run_text(const Arguments& a) {
   auto engine = make_engine(a, a.chat ? 1 : static_cast<std::int64_t>(texts.size()));
   dsv32::GenerateOptions o = a.gen;
   if (!a.eos_given) o.eos_id = tok.eos_id();
-  auto encode = [&](const std::vector<dsv32::ChatMessage>& messages) {
-    return a.raw ? tok.encode(messages.back().content, /*add_special_tokens=*/true)
-                 : tok.encode_chat(messages, /*add_generation_prompt=*/true);
+  // The prompt's ids, and its text when it is rendered by the chat template (not --raw).
+  struct Prompt {
+    Tokens ids;
+    std::optional<std::string> text;
   };
+  auto make_prompt = [&](const std::vector<dsv32::ChatMessage>& messages) -> Prompt {
+    if (a.raw) return {tok.encode(messages.back().content, /*add_special_tokens=*/true), std::nullopt};
+    std::string text = tok.apply_chat_template(messages, {.add_generation_prompt = true, .thinking = a.thinking});
+    Tokens ids = tok.encode(text);
+    return {std::move(ids), std::move(text)};
+  };
+  const bool dim = dim_reasoning();
 
   if (!a.chat) {
-    std::vector<Tokens> prompts;
-    for (const auto& t : texts) prompts.push_back(encode({{"user", t}}));
-    const bool stream = prompts.size() == 1;
-    auto decoder = tok.stream_decoder(/*skip_special_tokens=*/true);
-    if (stream)
+    std::vector<Prompt> prompts;
+    std::vector<Tokens> prompt_ids;
+    for (const auto& t : texts) {
+      prompts.push_back(make_prompt({{"user", t}}));
+      prompt_ids.push_back(prompts.back().ids);
+    }
+    if (prompts.size() == 1) {
+      ReplyPrinter printer(tok, std::cout, dim);
+      printer.start(prompts[0].text);
       o.on_token = [&](std::size_t, std::int32_t id) {
-        std::cout << piece(decoder, tok, id) << std::flush;
+        printer.push(id);
         return true;
       };
-    const auto r = engine->generate(prompts, o);
-    if (stream) {
-      std::cout << decoder.finish() << '\n';
-    } else {
-      for (std::size_t b = 0; b < texts.size(); ++b) {
-        std::string completion;
-        for (std::int32_t id : r.sequences[b].tokens) completion += piece(decoder, tok, id);
-        completion += decoder.finish();
-        std::cout << "Prompt: " << texts[b] << "\nCompletion: " << completion << "\n\n";
-      }
+      const auto r = engine->generate(prompt_ids, o);
+      printer.finish();
+      print_stats(r, a.quiet);
+      return 0;
+    }
+    const auto r = engine->generate(prompt_ids, o);
+    for (std::size_t b = 0; b < texts.size(); ++b) {
+      std::ostringstream completion;
+      ReplyPrinter printer(tok, completion, /*dim=*/false);
+      printer.start(prompts[b].text);
+      for (std::int32_t id : r.sequences[b].tokens) printer.push(id);
+      printer.finish();
+      std::cout << "Prompt: " << texts[b] << "\nCompletion: " << completion.str() << '\n';
     }
     std::cout << std::flush;
     print_stats(r, a.quiet);
@@ -455,13 +637,10 @@ int run_text(const Arguments& a) {
 
   // Chat, as generate.py --interactive: the whole conversation is the prompt of each turn.
   std::vector<dsv32::ChatMessage> history;
-  auto decoder = tok.stream_decoder(/*skip_special_tokens=*/true);
-  std::string reply;
+  ReplyPrinter printer(tok, std::cout, dim);
   std::uint64_t turn = 0;
   o.on_token = [&](std::size_t, std::int32_t id) {
-    const std::string s = piece(decoder, tok, id);
-    reply += s;
-    std::cout << s << std::flush;
+    printer.push(id);
     return true;
   };
   for (std::string line;;) {
@@ -476,22 +655,31 @@ int run_text(const Arguments& a) {
       history.clear();
       continue;
     }
-    history.push_back({"user", line});
-    const Tokens prompt = encode(history);
-    if (static_cast<std::int64_t>(prompt.size()) >= engine->max_seq_len()) {
-      std::cerr << "dsv32-generate: the conversation (" << prompt.size() << " tokens) fills max_seq_len = "
+    if (line.starts_with("/tool ") || line == "/tool") {
+      history.push_back({"tool", line.size() > 6 ? line.substr(6) : std::string()});
+    } else {
+      history.push_back({"user", line});
+    }
+    Prompt prompt;
+    try {
+      prompt = make_prompt(history);
+    } catch (const dsv32::Error& e) {  // e.g. a tool output with no tool call before it
+      std::cerr << "dsv32-generate: " << e.what() << '\n';
+      history.pop_back();
+      continue;
+    }
+    if (static_cast<std::int64_t>(prompt.ids.size()) >= engine->max_seq_len()) {
+      std::cerr << "dsv32-generate: the conversation (" << prompt.ids.size() << " tokens) fills max_seq_len = "
                 << engine->max_seq_len() << "; /clear it or raise --max-seq-len\n";
       history.pop_back();
       continue;
     }
-    reply.clear();
+    printer.start(prompt.text);
     o.seed = a.gen.seed + turn++;  // a fresh stream each turn, as the reference's RNG moves on
-    const auto r = engine->generate({prompt}, o);
-    const std::string tail = decoder.finish();
-    reply += tail;
-    std::cout << tail << '\n' << std::flush;
+    const auto r = engine->generate({prompt.ids}, o);
+    printer.finish();
     print_stats(r, a.quiet);
-    history.push_back({"assistant", reply});
+    history.push_back(printer.message());
   }
   return 0;
 }

@@ -2,13 +2,12 @@
 // per dtype, KV and indexer cache bytes per token and the memory plan for a batch and sequence
 // length — and whether a checkpoint holds exactly the tensors that config needs.
 //
-//   dsv32-inspect --preset NAME | --config FILE [--batch B] [--seq-len L] [--world-size W] [--json]
+//   dsv32-inspect --preset NAME | --config FILE [--batch B] [--seq-len L] [--tokens-per-call N] [--world-size W] [--json]
 //   dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
 //   dsv32-inspect --list-presets
 //
-// Nothing is allocated for the weights: figures come from the compiled config's parameter list
-// (Transformer::tensors() and memory_plan(), which walk parameters without binding memory), or,
-// for a config.json that matches no compiled config, from ModelArgs arithmetic.
+// Nothing is allocated: every figure comes from the library's tensor table (dsv32::for_each_tensor)
+// and memory plan (dsv32::plan_memory), which serve any config, compiled or read from a file.
 //
 // Exit status: 0 success; 1 the checkpoint does not hold exactly the config's tensors; 2 an error
 // (bad arguments, an unreadable or invalid file, a config no compiled config matches).
@@ -50,32 +49,33 @@ using dsv32::RuntimeOptions;
 using Json = nlohmann::ordered_json;
 
 constexpr const char* kUsage = R"(usage:
-  dsv32-inspect (--preset NAME | --config FILE) [--batch B] [--seq-len L] [--world-size W] [--json]
+  dsv32-inspect (--preset NAME | --config FILE) [--batch B] [--seq-len L] [--tokens-per-call N] [--world-size W] [--json]
   dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
   dsv32-inspect --list-presets [--json]
 
 Describes a DeepSeek-V3.2-Exp config without allocating its weights: shape fields, parameter
 counts (total, activated per token, per component), weight bytes per dtype, KV and indexer cache
-bytes per token, and the memory plan (weights + caches + RoPE tables) of one model-parallel rank.
+bytes per token, and the memory plan (weights + caches + RoPE tables + forward scratch) of one
+model-parallel rank.
 With --checkpoint, checks that a checkpoint holds exactly the config's tensors instead.
 
   --preset NAME       a config compiled into dsv32 (see --list-presets)
-  --config FILE       a config.json (the reference's ModelArgs fields) or Hugging Face's); when
-                      it matches a compiled config its tensor list is used, otherwise figures come
-                      from ModelArgs arithmetic
+  --config FILE       a config.json (the reference's ModelArgs fields, or Hugging Face's); the
+                      compiled config it matches, if any, is named
   --batch B           max_batch_size the caches are sized for (default: the config.json's, else 8)
   --seq-len L         max_seq_len the caches and RoPE tables are sized for (default: the config.json's,
                       else 16384)
+  --tokens-per-call N max_tokens_per_call: tokens per sequence one forward pass computes (longer
+                      prompts run in passes); sizes the forward scratch (default: max_seq_len)
   --world-size W      model-parallel ranks; figures are per rank (default 1; with --checkpoint: the
                       world size of the model{rank}-mp{world}.safetensors files found)
   --checkpoint PATH   a checkpoint directory in the reference's converted format (config.json and
                       model{rank}-mp{world}.safetensors), or one .safetensors file),
                       or a Hugging Face checkpoint directory (config.json, model.safetensors[.index.json]);
                       reports the tensors present, missing, extra, and those with the wrong dtype
-                      or shape, compared with the compiled config its config.json matches
+                      or shape, compared with the tensor table of its config.json (or the config given)
   --limit N           names listed per list with --checkpoint (default 10)
   --all               list every name
-  --arithmetic        use ModelArgs arithmetic even when a compiled config matches (to cross-check)
   --json              print one JSON object instead of text
   --list-presets      list the compiled configs
   -h, --help          this text
@@ -97,15 +97,15 @@ template <class... Args>
 
 struct Args {
   std::string preset, config, checkpoint;
-  std::optional<std::int64_t> batch, seq_len;
+  std::optional<std::int64_t> batch, seq_len, tokens_per_call;
   std::optional<int> world_size;
   std::size_t limit = 10;
-  bool all = false, json = false, list_presets = false, arithmetic = false, help = false;
+  bool all = false, json = false, list_presets = false, help = false;
 };
 
 // Limits keep every product below (cache bytes, table bytes) representable; no real deployment nears them.
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;
-constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 32;
+constexpr std::int64_t kMaxSeqLen = 0x7fffffff;  // positions are 32-bit
 constexpr std::int64_t kMaxWorld = 1 << 16;
 
 std::int64_t parse_int(std::string_view flag, std::string_view text, std::int64_t lo, std::int64_t hi) {
@@ -138,12 +138,12 @@ Args parse_args(int argc, char** argv) {
     else if (flag == "--json") no_value(), a.json = true;
     else if (flag == "--all") no_value(), a.all = true;
     else if (flag == "--list-presets") no_value(), a.list_presets = true;
-    else if (flag == "--arithmetic") no_value(), a.arithmetic = true;
     else if (flag == "--preset") a.preset = value();
     else if (flag == "--config") a.config = value();
     else if (flag == "--checkpoint") a.checkpoint = value();
     else if (flag == "--batch") a.batch = parse_int(flag, value(), 1, kMaxBatch);
     else if (flag == "--seq-len") a.seq_len = parse_int(flag, value(), 1, kMaxSeqLen);
+    else if (flag == "--tokens-per-call") a.tokens_per_call = parse_int(flag, value(), 1, kMaxSeqLen);
     else if (flag == "--world-size") a.world_size = static_cast<int>(parse_int(flag, value(), 1, kMaxWorld));
     else if (flag == "--limit") a.limit = static_cast<std::size_t>(parse_int(flag, value(), 0, 1 << 30));
     else usage_error("unknown argument '", argv[i], "'");
@@ -152,8 +152,8 @@ Args parse_args(int argc, char** argv) {
   if (!a.preset.empty() && !a.config.empty()) usage_error("give --preset or --config, not both");
   if (a.checkpoint.empty() && a.preset.empty() && a.config.empty())
     usage_error("nothing to inspect: give --preset NAME, --config FILE or --checkpoint PATH");
-  if (!a.checkpoint.empty() && (a.batch || a.seq_len))
-    usage_error("--batch and --seq-len size the memory plan; with --checkpoint no plan is printed");
+  if (!a.checkpoint.empty() && (a.batch || a.seq_len || a.tokens_per_call))
+    usage_error("--batch, --seq-len and --tokens-per-call size the memory plan; with --checkpoint no plan is printed");
   return a;
 }
 
@@ -169,11 +169,6 @@ std::string grouped(std::uint64_t n) {
   return out;
 }
 
-std::uint64_t checked_mul(std::uint64_t a, std::uint64_t b) {
-  if (a != 0 && b > std::numeric_limits<std::uint64_t>::max() / a)
-    dsv32::fail(ErrorKind::invalid_argument, "the memory plan overflows 64-bit byte counts; lower --batch or --seq-len");
-  return a * b;
-}
 
 template <class... Configs>
 std::vector<std::string> names_of(const dsv32::ConfigList<Configs...>*) {
@@ -186,25 +181,6 @@ std::vector<std::string> preset_names() { return names_of(static_cast<const Pres
 template <class F>
 void with_preset(const std::string& name, F&& f) {
   if (!Presets::by_name(name, f)) dsv32::fail(ErrorKind::invalid_argument, "no compiled config named ", name);
-}
-
-/// A communicator for planning only: the model is constructed to list its local shapes, never run.
-class PlanningCommunicator final : public dsv32::Communicator {
- public:
-  PlanningCommunicator(int world, int rank) : world_(world), rank_(rank) {}
-  int world_size() const override { return world_; }
-  int rank() const override { return rank_; }
-  void all_reduce_sum(float*, std::size_t) override { never_runs(); }
-  void all_gather(const float*, std::size_t, float*) override { never_runs(); }
-
- private:
-  [[noreturn]] static void never_runs() { dsv32::fail(ErrorKind::state, "dsv32-inspect never runs a model"); }
-  int world_, rank_;
-};
-
-/// This rank's place in a world of `world` ranks, with `comm` for worlds of more than one.
-dsv32::Parallel planning_parallel(int world, int rank, PlanningCommunicator& comm) {
-  return dsv32::Parallel{world, rank, world > 1 ? &comm : nullptr};
 }
 
 // ------------------------------------------------------------------------------------------ config
@@ -275,7 +251,7 @@ const char* kind_label(WeightKind k) {
     case WeightKind::fp8: return "F8_E4M3 weights";
     case WeightKind::block_scale: return "F32 block scales (1 per 128x128)";
     case WeightKind::bf16: return "BF16 weights";
-    case WeightKind::f32: return "F32 norms, biases, head";
+    case WeightKind::f32: return "F32 norms and biases";
   }
   return "?";
 }
@@ -303,14 +279,15 @@ struct RankWeights {
     t.bytes += static_cast<std::uint64_t>(numel * copies) * dsv32::dtype_size(kind_dtype(kind));
     if (kind != WeightKind::block_scale) parameters += numel * copies;
   }
-  /// Adds a tensor of the compiled list.
-  void add(const std::string& name, DType dtype, std::int64_t numel) {
-    switch (dtype) {
-      case DType::F8_E4M3: return add(WeightKind::fp8, numel);
-      case DType::BF16: return add(WeightKind::bf16, numel);
-      case DType::F32: return add(name.ends_with(".scale") ? WeightKind::block_scale : WeightKind::f32, numel);
+  /// Adds a row of the tensor table (count tensors of its local shape).
+  void add(const dsv32::TensorSpec& t) {
+    switch (t.dtype) {
+      case DType::F8_E4M3: return add(WeightKind::fp8, t.local_numel(), t.count);
+      case DType::BF16: return add(WeightKind::bf16, t.local_numel(), t.count);
+      case DType::F32:
+        return add(t.role == dsv32::TensorRole::scale ? WeightKind::block_scale : WeightKind::f32, t.local_numel(), t.count);
       default:
-        dsv32::fail(ErrorKind::unsupported, "tensor ", name, " has dtype ", dsv32::dtype_name(dtype),
+        dsv32::fail(ErrorKind::unsupported, "tensor ", t.name(), " has dtype ", dsv32::dtype_name(t.dtype),
                     ", which dsv32-inspect does not classify");
     }
   }
@@ -336,105 +313,13 @@ struct CacheBytes {
 /// Everything the config report prints.
 struct ConfigReport {
   ResolvedConfig config;
-  bool from_compiled = false;  ///< tensor list of the compiled config, or ModelArgs arithmetic
   dsv32::ParamCounts params;
   RankWeights weights;
   CacheBytes cache;
   RuntimeOptions options;
   int world_size = 1;
-  std::uint64_t caches = 0, rope_tables = 0;
-  std::uint64_t total() const { return weights.bytes() + caches + rope_tables; }
+  dsv32::MemoryPlan plan;
 };
-
-/// A model of config `C` with `options` would build RoPE tables this large ([max_seq_len, rope / 2]
-/// cos and sin, f32): up to here constructing it to ask its memory plan is cheap.
-constexpr std::uint64_t kCheapRopeTableBytes = std::uint64_t{64} << 20;
-
-/// Fills the weights, caches and tables of `r` from compiled config `C`'s parameter list.
-template <class C>
-void plan_compiled(ConfigReport& r) {
-  PlanningCommunicator comm(r.world_size, 0);
-  const dsv32::Parallel par = planning_parallel(r.world_size, 0, comm);
-  const std::uint64_t rope_bytes = static_cast<std::uint64_t>(r.options.max_seq_len) * C::qk_rope_head_dim * sizeof(float);
-  // The constructor allocates only the RoPE tables ([max_seq_len, rope / 2] cos and sin) and a counter
-  // per sequence (caches are allocated at load): build the model for one sequence, and for one position
-  // when the tables would not be cheap, and scale its per-token and per-position figures.
-  RuntimeOptions build = r.options;
-  build.max_batch_size = 1;
-  const bool scaled = rope_bytes > kCheapRopeTableBytes;
-  if (scaled) build.max_seq_len = 1;
-  dsv32::Transformer<C> model(build, par);
-  for (const dsv32::TensorEntry& t : model.tensors()) r.weights.add(t.name, t.dtype, t.shape.numel());
-  const dsv32::MemoryPlan plan = model.memory_plan();
-  r.cache.indexer = dsv32::Indexer<C, dsv32::Cpu>::cache_bytes_per_token;
-  r.cache.mla = dsv32::MLA<C, dsv32::Cpu>::cache_bytes_per_token - r.cache.indexer;
-  const auto tokens = checked_mul(static_cast<std::uint64_t>(r.options.max_batch_size),
-                                  static_cast<std::uint64_t>(r.options.max_seq_len));
-  r.caches = checked_mul(tokens, plan.cache_bytes_per_token);
-  r.rope_tables = scaled ? plan.rope_tables * static_cast<std::uint64_t>(r.options.max_seq_len) : plan.rope_tables;
-}
-
-/// Fills the weights, caches and tables of `r` from ModelArgs arithmetic: the same tensors the layers
-/// list (see each layer's visit()), counted rather than constructed.
-void plan_arithmetic(ConfigReport& r) {
-  const ModelArgs& a = r.config.args;
-  PlanningCommunicator comm(r.world_size, 0);
-  const dsv32::Parallel par = planning_parallel(r.world_size, 0, comm);
-  // Local sizes, split (and checked) in the order the model's constructor splits them.
-  const std::int64_t vocab = par.split(a.vocab_size, "vocab_size");
-  const std::int64_t heads = par.split(a.n_heads, "n_heads");
-  const std::int64_t inter = a.n_dense_layers > 0 ? par.split(a.inter_dim, "inter_dim") : 0;
-  const std::int64_t moe_layers = a.n_layers - a.n_dense_layers;
-  const std::int64_t experts = moe_layers > 0 ? par.split(a.n_routed_experts, "n_routed_experts") : 0;
-  const std::int64_t shared =
-      moe_layers > 0 ? par.split(a.n_shared_experts * a.moe_inter_dim, "n_shared_experts * moe_inter_dim") : 0;
-
-  const bool fp8 = a.dtype == dsv32::WeightDType::fp8;
-  RankWeights& w = r.weights;
-  auto blocks = [](std::int64_t n) { return (n + dsv32::kBlockSize - 1) / dsv32::kBlockSize; };
-  // Linear(in, out): weight [out, in], and for FP8 an f32 scale [ceil(out/128), ceil(in/128)].
-  auto linear = [&](std::int64_t in, std::int64_t out, std::int64_t copies, std::optional<WeightKind> kind = {}) {
-    const WeightKind k = kind.value_or(fp8 ? WeightKind::fp8 : WeightKind::bf16);
-    w.add(k, in * out, copies);
-    if (k == WeightKind::fp8) w.add(WeightKind::block_scale, blocks(out) * blocks(in), copies);
-  };
-  auto f32 = [&](std::int64_t n, std::int64_t copies) { w.add(WeightKind::f32, n, copies); };
-  auto mlp = [&](std::int64_t hidden, std::int64_t copies) {
-    linear(a.dim, hidden, copies);  // w1
-    linear(hidden, a.dim, copies);  // w2
-    linear(a.dim, hidden, copies);  // w3
-  };
-
-  w.add(WeightKind::bf16, vocab * a.dim);  // embed
-  const std::int64_t L = a.n_layers, qk = a.qk_nope_head_dim + a.qk_rope_head_dim;
-  linear(a.dim, a.q_lora_rank, L);                                        // attn.wq_a
-  f32(a.q_lora_rank, L);                                                  // attn.q_norm
-  linear(a.q_lora_rank, heads * qk, L);                                   // attn.wq_b
-  linear(a.dim, a.kv_lora_rank + a.qk_rope_head_dim, L);                  // attn.wkv_a
-  f32(a.kv_lora_rank, L);                                                 // attn.kv_norm
-  linear(a.kv_lora_rank, heads * (a.qk_nope_head_dim + a.v_head_dim), L); // attn.wkv_b
-  linear(heads * a.v_head_dim, a.dim, L);                                 // attn.wo
-  linear(a.q_lora_rank, a.index_n_heads * a.index_head_dim, L);           // attn.indexer.wq_b
-  linear(a.dim, a.index_head_dim, L);                                     // attn.indexer.wk
-  f32(a.index_head_dim, 2 * L);                                           // attn.indexer.k_norm weight, bias
-  linear(a.dim, a.index_n_heads, L, WeightKind::bf16);                    // attn.indexer.weights_proj
-  f32(a.dim, 2 * L);                                                      // attn_norm, ffn_norm
-  mlp(inter, a.n_dense_layers);                                           // dense ffn
-  linear(a.dim, a.n_routed_experts, moe_layers, WeightKind::bf16);        // ffn.gate
-  if (a.resolved_gate_bias()) f32(a.n_routed_experts, moe_layers);        // ffn.gate.bias
-  mlp(a.moe_inter_dim, moe_layers * experts);                             // ffn.experts.*
-  if (a.n_shared_experts > 0) mlp(shared, moe_layers);                    // ffn.shared_experts
-  f32(a.dim, 1);                                                          // norm
-  linear(a.dim, vocab, 1, WeightKind::f32);                               // head
-
-  r.cache.mla = static_cast<std::uint64_t>(a.kv_lora_rank + a.qk_rope_head_dim) * sizeof(dsv32::bf16);
-  r.cache.indexer = static_cast<std::uint64_t>(a.index_head_dim + a.index_head_dim / dsv32::kBlockSize * 4);
-  const auto tokens = checked_mul(static_cast<std::uint64_t>(r.options.max_batch_size),
-                                  static_cast<std::uint64_t>(r.options.max_seq_len));
-  r.caches = checked_mul(tokens, r.cache.per_layer() * static_cast<std::uint64_t>(a.n_layers));
-  // cos and sin, [max_seq_len, qk_rope_head_dim / 2] f32 each
-  r.rope_tables = static_cast<std::uint64_t>(r.options.max_seq_len) * a.qk_rope_head_dim * sizeof(float);
-}
 
 ConfigReport inspect_config(const ResolvedConfig& config, const Args& args) {
   ConfigReport r;
@@ -442,14 +327,16 @@ ConfigReport inspect_config(const ResolvedConfig& config, const Args& args) {
   r.options = config.args.runtime;
   if (args.batch) r.options.max_batch_size = *args.batch;
   if (args.seq_len) r.options.max_seq_len = *args.seq_len;
+  if (args.tokens_per_call) r.options.max_tokens_per_call = *args.tokens_per_call;
   r.options.validate();
   r.world_size = args.world_size.value_or(1);
-  r.params = dsv32::count_params(config.args);
-  r.from_compiled = !config.compiled.empty() && !args.arithmetic;
-  if (r.from_compiled)
-    with_preset(config.compiled, [&]<class C>() { plan_compiled<C>(r); });
-  else
-    plan_arithmetic(r);
+  const ModelArgs& a = config.args;
+  r.params = dsv32::count_params(a);
+  dsv32::for_each_tensor(a, [&](const dsv32::TensorSpec& t) { r.weights.add(t); }, dsv32::TableMode::patterns,
+                         r.world_size, 0);
+  r.cache.indexer = dsv32::indexer_cache_bytes_per_token(a);
+  r.cache.mla = dsv32::mla_cache_bytes_per_token(a) - r.cache.indexer;
+  r.plan = dsv32::plan_memory(a, r.options, r.world_size, 0);
   return r;
 }
 
@@ -508,15 +395,13 @@ std::string describe(DType dtype, const std::vector<std::int64_t>& shape) {
   return std::string(dsv32::dtype_name(dtype)) + ' ' + dsv32::detail::shape_string(shape);
 }
 
-/// Compares `source` (null when the shard's file is absent or unreadable) with what rank `rank` of
-/// compiled config `C` loads: the same walk as dsv32::load_weights, collecting instead of throwing.
-template <class C>
-void check_shard(const dsv32::TensorSource* source, int world, ShardCheck& s) {
-  PlanningCommunicator comm(world, s.rank);
-  dsv32::Transformer<C> model(RuntimeOptions{.max_batch_size = 1, .max_seq_len = 1},
-                              planning_parallel(world, s.rank, comm));
+/// Compares `source` (null when the shard's file is absent or unreadable) with what rank `s.rank` of a
+/// model with fields `a` loads — the rows of the tensor table — collecting instead of throwing.
+void check_shard(const ModelArgs& a, const dsv32::TensorSource* source, int world, ShardCheck& s) {
   std::set<std::string> expected;
-  model.visit([&](const std::string& name, dsv32::Parameter<dsv32::Cpu>& p) {
+  dsv32::for_each_tensor(a, [&](const dsv32::TensorSpec& spec) {
+    const dsv32::Parameter<dsv32::Cpu> p(spec);  // binds nothing: only its dtype rules are asked
+    const std::string& name = p.name();
     expected.insert(name);
     ++s.expected;
     const std::vector<std::int64_t> want = p.shape().dims();
@@ -559,8 +444,8 @@ std::set<int> shard_world_sizes(const fs::path& dir) {
   return worlds;
 }
 
-/// Checks one shard file against rank `rank` of the compiled config.
-ShardCheck check_file(const std::string& compiled, const fs::path& file, int world, int rank) {
+/// Checks one shard file against rank `rank` of a model with fields `a`.
+ShardCheck check_file(const ModelArgs& a, const fs::path& file, int world, int rank) {
   ShardCheck s;
   s.rank = rank;
   s.file = file.string();
@@ -575,7 +460,7 @@ ShardCheck check_file(const std::string& compiled, const fs::path& file, int wor
       s.error = e.what();
     }
   }
-  with_preset(compiled, [&]<class C>() { check_shard<C>(source ? &*source : nullptr, world, s); });
+  check_shard(a, source ? &*source : nullptr, world, s);
   return s;
 }
 
@@ -610,10 +495,6 @@ CheckpointReport inspect_checkpoint(const Args& args) {
       usage_error(home.string(), " has no config.json: name the checkpoint's config with --preset or --config");
     r.config = resolve_config_file(config_json);
   }
-  if (r.config.compiled.empty())
-    dsv32::fail(ErrorKind::invalid_config, r.config.source, " matches none of the configs compiled into dsv32-inspect (",
-                Presets::names(), "); a checkpoint can be checked only against a compiled config's tensor list "
-                "(run dsv32-inspect --config on it for its sizes)");
 
   if (hf) {
     r.format = "Hugging Face";
@@ -622,14 +503,14 @@ CheckpointReport inspect_checkpoint(const Args& args) {
     try {
       const dsv32::HfCheckpointSource source(path);
       r.skipped = source.skipped();
-      with_preset(r.config.compiled, [&]<class C>() { check_shard<C>(&source, 1, s); });
+      check_shard(r.config.args, &source, 1, s);
       for (TensorNote& n : s.missing) n.alias = dsv32::hf_name_from_dsv32(n.name);
     } catch (const dsv32::Error& e) {  // an inconsistent index or shard: report it, count every tensor missing
       s = ShardCheck{};
       s.file = path.string();
       s.status = "unreadable";
       s.error = e.what();
-      with_preset(r.config.compiled, [&]<class C>() { check_shard<C>(nullptr, 1, s); });
+      check_shard(r.config.args, nullptr, 1, s);
     }
     r.shards.push_back(std::move(s));
     return r;
@@ -649,7 +530,7 @@ CheckpointReport inspect_checkpoint(const Args& args) {
       r.world_size = args.world_size.value_or(1);  // an unnamed file: rank 0 of the world size given
     }
     DSV32_CHECK(rank < r.world_size, invalid_argument, name, ": rank ", rank, " outside world size ", r.world_size);
-    r.shards.push_back(check_file(r.config.compiled, path, r.world_size, rank));
+    r.shards.push_back(check_file(r.config.args, path, r.world_size, rank));
     return r;
   }
   if (args.world_size) {
@@ -666,7 +547,7 @@ CheckpointReport inspect_checkpoint(const Args& args) {
   }
   for (int rank = 0; rank < r.world_size; ++rank)
     r.shards.push_back(
-        check_file(r.config.compiled, path / dsv32::shard_file_name(rank, r.world_size), r.world_size, rank));
+        check_file(r.config.args, path / dsv32::shard_file_name(rank, r.world_size), r.world_size, rank));
   return r;
 }
 
@@ -724,7 +605,7 @@ Json to_json(const ConfigReport& r) {
     kinds.push_back(Json{{"kind", kind_key(k)}, {"dtype", dsv32::dtype_name(kind_dtype(k))},
                          {"tensors", t.tensors}, {"bytes", t.bytes}});
   }
-  j["weights"] = Json{{"source", r.from_compiled ? "compiled tensor list" : "ModelArgs arithmetic"},
+  j["weights"] = Json{{"source", "tensor table"},
                       {"world_size", r.world_size},
                       {"rank", 0},
                       {"tensors", r.weights.tensors()},
@@ -737,11 +618,13 @@ Json to_json(const ConfigReport& r) {
                                     {"all_layers", r.cache.per_layer() * static_cast<std::uint64_t>(a.n_layers)}};
   j["memory_plan"] = Json{{"batch", r.options.max_batch_size},
                           {"seq_len", r.options.max_seq_len},
+                          {"tokens_per_call", r.options.tokens_per_call()},
                           {"world_size", r.world_size},
-                          {"weights", r.weights.bytes()},
-                          {"caches", r.caches},
-                          {"rope_tables", r.rope_tables},
-                          {"total", r.total()}};
+                          {"weights", r.plan.weights},
+                          {"caches", r.plan.caches},
+                          {"rope_tables", r.plan.rope_tables},
+                          {"scratch", r.plan.scratch},
+                          {"total", r.plan.total()}};
   j["runtime"] = runtime_json(r.options);
   return j;
 }
@@ -822,10 +705,8 @@ void print_text(std::ostream& os, const ConfigReport& r) {
   params.row("gate, per MoE layer", g(p.gate), "x " + std::to_string(moe_layers) + " = " + g(p.gate * moe_layers));
   params.print(os);
 
-  os << "\nWeights by dtype (" << (r.from_compiled ? "the compiled config's tensor list" : "computed from ModelArgs arithmetic")
+  os << "\nWeights by dtype (the tensor table"
      << (r.world_size > 1 ? ", one rank of " + std::to_string(r.world_size) : std::string()) << ")\n";
-  if (!r.from_compiled && r.config.compiled.empty())
-    os << "  (no compiled config matches: these are what dsv32's layers would hold for these fields)\n";
   Table weights;
   for (WeightKind k : kWeightKinds) {
     const auto& t = r.weights.by_kind[static_cast<std::size_t>(k)];
@@ -851,11 +732,14 @@ void print_text(std::ostream& os, const ConfigReport& r) {
   if (r.world_size > 1) os << ", per rank of world size " << r.world_size;
   os << ")\n";
   Table plan;
-  plan.bytes("weights", r.weights.bytes());
-  plan.bytes("KV + indexer caches", r.caches,
+  plan.bytes("weights", r.plan.weights);
+  plan.bytes("KV + indexer caches", r.plan.caches,
            std::to_string(r.options.max_batch_size) + " x " + std::to_string(r.options.max_seq_len) + " tokens");
-  plan.bytes("RoPE tables", r.rope_tables, r.options.yarn() ? "YaRN on" : "");
-  plan.bytes("total", r.total());
+  plan.bytes("RoPE tables", r.plan.rope_tables, r.options.yarn() ? "YaRN on" : "");
+  plan.bytes("forward scratch", r.plan.scratch,
+             std::to_string(r.options.max_batch_size) + " x " + std::to_string(r.options.tokens_per_call()) +
+                 " tokens per pass");
+  plan.bytes("total", r.plan.total());
   plan.print(os);
 }
 
@@ -933,8 +817,9 @@ Json to_json(const CheckpointReport& r, std::size_t limit) {
 
 void print_text(std::ostream& os, const CheckpointReport& r, std::size_t limit) {
   os << "checkpoint: " << r.path << " (" << r.format << " format, world size " << r.world_size << ")\n";
-  os << "config: " << r.config.source << (r.config.hf_naming ? ", Hugging Face naming" : "") << " (compiled config "
-     << r.config.compiled << ")\n";
+  os << "config: " << r.config.source << (r.config.hf_naming ? ", Hugging Face naming" : "")
+     << (r.config.compiled.empty() ? " (matches no compiled config)" : " (compiled config " + r.config.compiled + ")")
+     << "\n";
   if (!r.skipped.empty())
     os << "skipped: " << r.skipped.size() << " multi-token-prediction tensors (dsv32 does not load them)\n";
   if (!r.config_notes.empty()) {

@@ -1,12 +1,14 @@
-// dsv32-tokenize: encode text to token ids, decode ids to text, or render a chat with the
-// DeepSeek-V3 tokenizer files (tokenizer.json + tokenizer_config.json) — see --help.
+// dsv32-tokenize: encode text to token ids, decode ids to text, or render a chat with DeepSeek's
+// tokenizer files (tokenizer.json + tokenizer_config.json) — see --help.
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -22,13 +24,18 @@ Reads TEXT (or standard input) and writes the result to standard output.
 modes:
   (default)        encode the text; prints the token ids as a JSON array
   --decode         the input is a JSON array of token ids; prints their text
-  --chat           the input is a JSON object {"messages": [{"role": ..., "content": ...}, ...],
-                   "add_generation_prompt": true|false}; prints the prompt rendered with the
-                   DeepSeek-V3 chat template
+  --chat           the input is a JSON object {"messages": [...], "add_generation_prompt":
+                   true|false, "thinking": true|false}; prints the prompt rendered with the
+                   tokenizer's chat template (DeepSeek-V3.2-Exp's or DeepSeek-V3's). Messages
+                   are OpenAI-style: {"role": "system"|"user"|"assistant"|"tool", "content":
+                   "..."}; an assistant message may add "tool_calls": [{"type": "function",
+                   "function": {"name": "...", "arguments": "<JSON text>"}}, ...] (its content
+                   may then be null) and "prefix": true (a reply to be continued)
 
 options:
-  --tokenizer DIR  directory holding tokenizer.json and tokenizer_config.json
-                   (default: the environment variable DSV32_TOKENIZER_DIR)
+  --tokenizer DIR  directory holding tokenizer.json and tokenizer_config.json (default: the
+                   environment variable DSV32_TOKENIZER_DIR, else the DeepSeek-V3.2-Exp
+                   tokenizer vendored in the dsv32 source tree, when present)
   --text TEXT      use TEXT as input instead of standard input
   --add-special    encode: prepend bos as tokenizer_config.json's add_bos_token says
   --skip-special   decode: leave out special tokens (bos, eos, ...)
@@ -90,6 +97,10 @@ Arguments parse_arguments(int argc, char** argv) {
   if (!args.tokenizer_dir) {
     if (const char* env = std::getenv("DSV32_TOKENIZER_DIR"); env != nullptr && *env != '\0') {
       args.tokenizer_dir = env;
+#if defined(DSV32_TOKENIZE_DEFAULT_TOKENIZER)
+    } else if (std::filesystem::exists(std::filesystem::path(DSV32_TOKENIZE_DEFAULT_TOKENIZER) / "tokenizer.json")) {
+      args.tokenizer_dir = DSV32_TOKENIZE_DEFAULT_TOKENIZER;
+#endif
     } else {
       usage_error("no tokenizer: pass --tokenizer DIR (a directory with tokenizer.json and "
                   "tokenizer_config.json) or set DSV32_TOKENIZER_DIR");
@@ -149,16 +160,24 @@ int run(const Arguments& args) {
     }
     const auto messages = request.find("messages");
     if (messages == request.end()) dsv32::fail(dsv32::ErrorKind::invalid_argument, "missing field \"messages\"");
-    bool add_generation_prompt = false;
-    if (const auto flag = request.find("add_generation_prompt"); flag != request.end()) {
-      if (!flag->is_boolean()) {
-        dsv32::fail(dsv32::ErrorKind::invalid_argument, "\"add_generation_prompt\" must be true or false, found ",
-                    flag->dump());
+    dsv32::ChatTemplateOptions options;
+    for (const auto& [name, flag] : {std::pair<const char*, bool*>{"add_generation_prompt", &options.add_generation_prompt},
+                                     std::pair<const char*, bool*>{"thinking", &options.thinking}}) {
+      if (const auto value = request.find(name); value != request.end()) {
+        if (!value->is_boolean()) {
+          dsv32::fail(dsv32::ErrorKind::invalid_argument, "\"", name, "\" must be true or false, found ",
+                      value->dump());
+        }
+        *flag = value->get<bool>();
       }
-      add_generation_prompt = flag->get<bool>();
     }
-    const std::string prompt =
-        tokenizer.apply_chat_template(dsv32::chat_messages_from_json(*messages), add_generation_prompt);
+    for (const auto& [key, value] : request.items()) {
+      if (key != "messages" && key != "add_generation_prompt" && key != "thinking") {
+        dsv32::fail(dsv32::ErrorKind::invalid_argument, "unknown field \"", key,
+                    "\" (expected \"messages\", \"add_generation_prompt\", \"thinking\")");
+      }
+    }
+    const std::string prompt = tokenizer.apply_chat_template(dsv32::chat_messages_from_json(*messages), options);
     if (args.ids) {
       print_ids(tokenizer.encode(prompt));
     } else {

@@ -22,7 +22,7 @@ namespace {
 
 using dsv32::bf16;
 using dsv32::DType;
-using dsv32::WeightView;
+using WeightView = dsv32::WeightView<>;
 namespace cpu = dsv32::cpu;
 
 std::uint8_t code(float v) {
@@ -84,9 +84,9 @@ TEST_CASE("cpu::indexer_topk on hand-made E4M3 codes: relu, head weights, k_scal
   //   s = 1 (sees t < 4): [0, -2, 1, 1.5]       -> 3, 2, 0 (a negative head weight)
   //   s = 2 (sees t < 5): [1, 4, 0, 0, 1]       -> 1, 0, 4 (relu of -a; tie 0/4)
   std::vector<std::int32_t> sel(S * 3, -1);
-  std::vector<std::int64_t> count(S, -1);
+  std::vector<std::int32_t> count(S, -1);
   cpu::indexer_topk(q.data(), qw.data(), nullptr, S, H, D, k.data(), k_scale, start_pos, 3, sel.data(), count.data());
-  CHECK(count == std::vector<std::int64_t>{3, 3, 3});
+  CHECK(count == std::vector<std::int32_t>{3, 3, 3});
   CHECK(sel == std::vector<std::int32_t>{0, 1, 2, 3, 2, 0, 1, 0, 4});
 
   // the scores themselves
@@ -99,9 +99,9 @@ TEST_CASE("cpu::indexer_topk on hand-made E4M3 codes: relu, head weights, k_scal
 
   // fewer visible keys than k: a prefill from position 0 (query s sees s + 1 keys)
   std::vector<std::int32_t> sel5(S * 5, -1);
-  std::vector<std::int64_t> count5(S);
+  std::vector<std::int32_t> count5(S);
   cpu::indexer_topk(q.data(), qw.data(), nullptr, S, H, D, k.data(), k_scale, 0, 5, sel5.data(), count5.data());
-  CHECK(count5 == std::vector<std::int64_t>{1, 2, 3});
+  CHECK(count5 == std::vector<std::int32_t>{1, 2, 3});
   CHECK(sel5[0] == 0);
   CHECK(std::vector<std::int32_t>(sel5.begin() + 5, sel5.begin() + 7) == std::vector<std::int32_t>{0, 1});  // [0, -2]
   CHECK(std::vector<std::int32_t>(sel5.begin() + 10, sel5.begin() + 13) == std::vector<std::int32_t>{1, 0, 2});  // [1, 4, 0]
@@ -123,7 +123,7 @@ TEST_CASE("cpu::index_scores and indexer_topk agree with a naive double referenc
     std::vector<float> scores(S * T);
     cpu::index_scores(q.data(), qw.data(), qs.data(), S, H, D, k.data(), ks.data(), T, visible.data(), scores.data());
     std::vector<std::int32_t> sel(S * K);
-    std::vector<std::int64_t> count(S);
+    std::vector<std::int32_t> count(S);
     cpu::indexer_topk(q.data(), qw.data(), qs.data(), S, H, D, k.data(), ks.data(), start_pos, K, sel.data(), count.data());
     for (std::int64_t s = 0; s < S; ++s) {
       std::vector<double> ref(visible[s]);
@@ -168,12 +168,12 @@ TEST_CASE("cpu::sparse_attention equals a dense softmax with a mask of the unsel
              pe = random_bf16(T * rope, gen);
   // each query attends to a random subset of its causal prefix (at most kmax, in any order)
   std::vector<std::int32_t> sel(S * kmax, -1);
-  std::vector<std::int64_t> count(S);
+  std::vector<std::int32_t> count(S);
   for (std::int64_t s = 0; s < S; ++s) {
     std::vector<std::int32_t> all(start_pos + s + 1);
     std::iota(all.begin(), all.end(), 0);
     std::shuffle(all.begin(), all.end(), gen);
-    count[s] = std::min<std::int64_t>(kmax, static_cast<std::int64_t>(all.size())) - s % 2;  // some with < kmax
+    count[s] = static_cast<std::int32_t>(std::min<std::int64_t>(kmax, static_cast<std::int64_t>(all.size())) - s % 2);  // some with < kmax
     std::copy(all.begin(), all.begin() + count[s], sel.begin() + s * kmax);
   }
   std::vector<bf16> out(S * H * v);

@@ -29,7 +29,7 @@ using dsv32::bf16;
 using dsv32::DType;
 using dsv32::MatrixView;
 using dsv32::ScaleFmt;
-using dsv32::WeightView;
+using WeightView = dsv32::WeightView<>;
 namespace cpu = dsv32::cpu;
 
 // ---------------------------------------------------------------- independent references

@@ -18,7 +18,7 @@ namespace {
 
 using dsv32::bf16;
 using dsv32::ScoreFunc;
-using Params = dsv32::cpu::RoutingParams;
+using Params = dsv32::RoutingParams;
 namespace cpu = dsv32::cpu;
 
 struct Routed {
@@ -178,7 +178,8 @@ TEST_CASE("cpu::route agrees with a naive routing on random logits") {
   const std::int64_t E = 16, T = 200;
   for (ScoreFunc f : {ScoreFunc::sigmoid, ScoreFunc::softmax})
     for (bool with_bias : {false, true})
-      for (const auto& [groups, limited, k] : {std::tuple{4, 2, 4}, std::tuple{1, 1, 3}, std::tuple{8, 3, 5}}) {
+      for (const auto& [groups_, limited, k] : {std::tuple{4, 2, 4}, std::tuple{1, 1, 3}, std::tuple{8, 3, 5}}) {
+        const int groups = groups_;  // CAPTURE's lambda cannot capture a structured binding before clang 16
         CAPTURE(with_bias);
         CAPTURE(groups);
         const Params p = params(f, groups, limited, k, 2.5f);
@@ -232,4 +233,37 @@ TEST_CASE("cpu::gather_rows, scatter_add, round_to_bf16 and widen_to_f32") {
   std::vector<float> back(4);
   cpu::widen_to_f32({rb.data(), 2, 2, 2}, {back.data(), 2, 2, 2});
   CHECK(back == std::vector<float>{1.0f, 1.0f, 1.0078125f, -3.0f});
+}
+
+TEST_CASE("cpu::moe_plan groups (token, slot) pairs by local expert, tokens in order, other ranks' experts left out") {
+  // 4 tokens, top-2, experts 0..7; this rank holds experts [4, 8)
+  const std::vector<std::int32_t> experts = {5, 1, 4, 5, 7, 2, 5, 4};
+  const std::vector<float> weights = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f};
+  std::vector<std::int32_t> rows(8, -1), offsets(5, -1);
+  std::vector<float> rw(8, -1.0f);
+  cpu::moe_plan({experts.data(), 4, 2, 2}, {weights.data(), 4, 2, 2}, 4, rows.data(), rw.data(), offsets.data(), 4);
+  // expert 4: tokens 1 (0.3), 3 (0.8); expert 5: tokens 0 (0.1), 1 (0.4), 3 (0.7); expert 6: none; expert 7: token 2 (0.5)
+  CHECK(offsets == std::vector<std::int32_t>{0, 2, 5, 5, 6});
+  CHECK(std::vector<std::int32_t>(rows.begin(), rows.begin() + 6) == std::vector<std::int32_t>{1, 3, 0, 1, 3, 2});
+  CHECK(std::vector<float>(rw.begin(), rw.begin() + 6) == std::vector<float>{0.3f, 0.8f, 0.1f, 0.4f, 0.7f, 0.5f});
+  // every pair of a local expert appears exactly once: a brute-force count over random routings
+  std::mt19937 gen(3);
+  std::uniform_int_distribution<std::int32_t> pick(0, 15);
+  for (int round = 0; round < 20; ++round) {
+    const std::int64_t T = 1 + round, k = 3, first = 8, local = 8;
+    std::vector<std::int32_t> e(static_cast<std::size_t>(T * k));
+    std::vector<float> w(e.size());
+    for (std::size_t i = 0; i < e.size(); ++i) e[i] = pick(gen), w[i] = static_cast<float>(i);
+    std::vector<std::int32_t> r(e.size()), off(local + 1);
+    std::vector<float> rwt(e.size());
+    cpu::moe_plan({e.data(), T, k, k}, {w.data(), T, k, k}, first, r.data(), rwt.data(), off.data(), local);
+    for (std::int64_t x = 0; x < local; ++x) {
+      std::vector<std::int32_t> want;
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t j = 0; j < k; ++j)
+          if (e[t * k + j] == first + x) want.push_back(static_cast<std::int32_t>(t));
+      CHECK(std::vector<std::int32_t>(r.begin() + off[x], r.begin() + off[x + 1]) == want);
+      for (std::int32_t i = off[x]; i < off[x + 1]; ++i) CHECK(e[static_cast<std::size_t>(rwt[i])] == first + x);
+    }
+  }
 }

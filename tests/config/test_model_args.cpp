@@ -2,6 +2,7 @@
 // counted by hand and from its checkpoint), config.json parsing (defaults, unknown keys, wrong
 // types, the gate_bias rule), check_matches, and the runtime validation of configs and options.
 #include "dsv32/config/model_args.hpp"
+#include "dsv32/config/tensor_table.hpp"
 #include "dsv32/config/presets.hpp"
 #include "dsv32/io/safetensors.hpp"
 
@@ -192,7 +193,7 @@ TEST_CASE("ModelArgs::from_json: unknown keys and wrong types are errors naming 
   CHECK(contains(w, "my/config.json: expected a JSON object, found array"));
   // runtime options are validated while parsing
   w = error_of(parse(json{{"max_batch_size", 0}}), ErrorKind::invalid_config);
-  CHECK(contains(w, "max_batch_size must be >= 1, got 0"));
+  CHECK(contains(w, "max_batch_size must be in [1, 65536], got 0"));
 }
 
 TEST_CASE("ModelArgs::from_file: the released 671B config matches Config671B; bad files are named") {
@@ -287,7 +288,7 @@ TEST_CASE("ModelArgs::validate names the broken invariant") {
       {"rope vs index", [](ModelArgs& a) { a.qk_rope_head_dim = 256; a.index_head_dim = 128; },
        "qk_rope_head_dim must be <= index_head_dim"},
       {"fp8 dims", [](ModelArgs& a) { a.dtype = dsv32::WeightDType::fp8; }, "dtype fp8 needs dim, q_lora_rank"},
-      {"runtime", [](ModelArgs& a) { a.runtime.max_seq_len = 0; }, "max_seq_len must be >= 1, got 0"},
+      {"runtime", [](ModelArgs& a) { a.runtime.max_seq_len = 0; }, "max_seq_len must be in [1, 16777216], got 0"},
   };
   CHECK_NOTHROW(ModelArgs::of<dsv32::TinyBf16>().validate());
   CHECK_NOTHROW(ModelArgs::of<dsv32::Config671B>().validate());
@@ -316,15 +317,15 @@ TEST_CASE("RuntimeOptions: validation and the YaRN switch") {
     const char* message;
   };
   const Case cases[] = {
-      {[](auto& r) { r.max_batch_size = 0; }, "max_batch_size must be >= 1, got 0"},
-      {[](auto& r) { r.max_seq_len = -3; }, "max_seq_len must be >= 1, got -3"},
-      {[](auto& r) { r.original_seq_len = 0; }, "original_seq_len must be >= 1, got 0"},
+      {[](auto& r) { r.max_batch_size = 0; }, "max_batch_size must be in [1, 65536], got 0"},
+      {[](auto& r) { r.max_seq_len = -3; }, "max_seq_len must be in [1, 16777216], got -3"},
+      {[](auto& r) { r.original_seq_len = 0; }, "original_seq_len must be in [1, 16777216], got 0"},
       {[](auto& r) { r.rope_theta = 1.0; }, "rope_theta must be > 1, got 1"},
       {[](auto& r) { r.rope_theta = INFINITY; }, "rope_theta must be > 1"},
       {[](auto& r) { r.rope_factor = 0.0; }, "rope_factor must be > 0, got 0"},
       {[](auto& r) { r.rope_factor = NAN; }, "rope_factor must be > 0"},
-      {[](auto& r) { r.beta_fast = 0; }, "beta_fast and beta_slow must be > 0, got 0 and 1"},
-      {[](auto& r) { r.beta_slow = -1; }, "beta_fast and beta_slow must be > 0, got 32 and -1"},
+      {[](auto& r) { r.beta_fast = 0; }, "beta_fast and beta_slow must be in [1, 16777216], got 0 and 1"},
+      {[](auto& r) { r.beta_slow = -1; }, "beta_fast and beta_slow must be in [1, 16777216], got 32 and -1"},
       {[](auto& r) { r.mscale = NAN; }, "mscale must be finite"},
   };
   for (const Case& c : cases) {

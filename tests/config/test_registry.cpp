@@ -54,8 +54,9 @@ TEST_CASE("registry: every golden config.json and the released config dispatch t
       {"tiny_fp8_ue8m0_yarn", "tiny_fp8_ue8m0_yarn"},                // differs in scale_fmt and gate_bias
       {"tiny_fp8_plain_scale", "tiny_fp8_plain_scale"},
   };
-  for (const auto& [dir, want] : scenarios) {
-    CAPTURE(dir);
+  for (const auto& scenario : scenarios) {
+    const auto& [dir, want] = scenario;
+    CAPTURE(scenario.first);  // CAPTURE's lambda cannot capture a structured binding before clang 16
     Chosen c;
     dsv32::dispatch_config(ModelArgs::from_file(kGolden + dir + "/config.json"), c);
     CHECK(c.name == want);

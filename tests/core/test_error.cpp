@@ -2,6 +2,8 @@
 // format, DSV32_CHECK, and the model-parallel description's validation and splitting.
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/parallel.hpp"
+#include "dsv32/layers/context.hpp"
+#include "dsv32/testing/host_invisible.hpp"
 
 #include <doctest/doctest.h>
 
@@ -21,17 +23,20 @@ using dsv32::ErrorKind;
 using dsv32::Parallel;
 
 
-struct CountingComm : dsv32::Communicator {
+struct CountingComm : dsv32::Communicator<dsv32::Cpu> {
+  using Ctx = dsv32::ExecutionContext<dsv32::Cpu>;
   int world = 2, me = 1, reduces = 0;
   std::size_t last_n = 0;
   int world_size() const override { return world; }
   int rank() const override { return me; }
-  void all_reduce_sum(float* data, std::size_t n) override {
+  void all_reduce_sum(Ctx&, dsv32::VectorView<float> data) override {
     ++reduces;
-    last_n = n;
-    for (std::size_t i = 0; i < n; ++i) data[i] *= 2.0f;  // as if the other rank held the same values
+    last_n = static_cast<std::size_t>(data.size);
+    for (std::int64_t i = 0; i < data.size; ++i) data.data[i] *= 2.0f;  // as if the other rank held the same values
   }
-  void all_gather(const float*, std::size_t, float*) override {}
+  void all_reduce_sum(Ctx&, dsv32::VectorView<dsv32::bf16>) override {}
+  void all_gather(Ctx&, dsv32::VectorView<const float>, dsv32::VectorView<float>) override {}
+  void broadcast(Ctx&, dsv32::VectorView<std::byte>, int) override {}
 };
 
 
@@ -41,7 +46,8 @@ TEST_CASE("Error: kind, to_string and the 'dsv32 [kind]: message' format") {
   const std::pair<ErrorKind, const char*> kinds[] = {
       {ErrorKind::invalid_argument, "invalid_argument"}, {ErrorKind::invalid_config, "invalid_config"},
       {ErrorKind::invalid_file, "invalid_file"},         {ErrorKind::io, "io"},
-      {ErrorKind::unsupported, "unsupported"},           {ErrorKind::state, "state"}};
+      {ErrorKind::unsupported, "unsupported"},           {ErrorKind::state, "state"},
+      {ErrorKind::out_of_memory, "out_of_memory"}};
   for (const auto& [kind, name] : kinds) {
     CAPTURE(name);
     CHECK(std::string(dsv32::to_string(kind)) == name);
@@ -97,13 +103,33 @@ TEST_CASE("Parallel: split divides evenly or names the quantity") {
   CHECK(what == "dsv32 [invalid_argument]: n_routed_experts (10) must be divisible by the world size (3)");
 }
 
-TEST_CASE("Parallel: all_reduce_sum calls the communicator only with more than one rank") {
+TEST_CASE("ForwardContext: all_reduce_sum calls the communicator only with more than one rank") {
   std::vector<float> v{1.0f, 2.0f};
-  Parallel{}.all_reduce_sum(v.data(), v.size());  // no communicator needed
+  dsv32::ExecutionContext<dsv32::Cpu> exec;
+  dsv32::ForwardContext<dsv32::Cpu> one;  // one rank: no communicator needed
+  one.exec = &exec;
+  one.all_reduce_sum(dsv32::VectorView<float>(v.data(), 2));
   CHECK(v == std::vector<float>{1.0f, 2.0f});
   CountingComm comm;
-  Parallel::from(comm).all_reduce_sum(v.data(), v.size());
+  dsv32::ForwardContext<dsv32::Cpu> two;
+  two.exec = &exec;
+  two.parallel = Parallel::from(comm);
+  two.comm = two.parallel.communicator_for<dsv32::Cpu>();
+  REQUIRE(two.comm == &comm);
+  two.all_reduce_sum(dsv32::VectorView<float>(v.data(), 2));
   CHECK(comm.reduces == 1);
   CHECK(comm.last_n == 2);
   CHECK(v == std::vector<float>{2.0f, 4.0f});
+}
+
+TEST_CASE("Parallel: a communicator of another memory space than the model's backend is refused, by name") {
+  CountingComm comm;  // works on host memory
+  const Parallel p = Parallel::from(comm);
+  CHECK(std::string(comm.space_name()) == "host");
+  CHECK(p.communicator_for<dsv32::Cpu>() == &comm);
+  CHECK(Parallel{}.communicator_for<dsv32::testing::HostInvisible>() == nullptr);  // one rank: none needed
+  const std::string what =
+      error_of([&] { (void)p.communicator_for<dsv32::testing::HostInvisible>(); }, ErrorKind::invalid_argument);
+  CHECK(contains(what, "the model runs on backend host-invisible (memory space host-invisible)"));
+  CHECK(contains(what, "its communicator works on memory space host"));
 }

@@ -1,6 +1,7 @@
 // Tests of dsv32/core/thread_communicator.hpp: the collectives' results, their deterministic summation
 // order, size mismatches reported on every rank, and abort() releasing waiting ranks.
 #include <dsv32/core/thread_communicator.hpp>
+#include <dsv32/testing/host_invisible.hpp>
 
 #include <doctest/doctest.h>
 
@@ -13,11 +14,13 @@
 
 namespace {
 
-using dsv32::ThreadCommunicator;
+using ThreadCommunicator = dsv32::ThreadCommunicator<dsv32::Cpu>;
+using dsv32::VectorView;
+dsv32::ExecutionContext<dsv32::Cpu> exec;  // one per rank in a model; these collectives ignore it on the CPU
 
 // Runs body(rank) on `world` threads; returns each rank's exception (or null).
-template <class Body>
-std::vector<std::exception_ptr> run_ranks(std::vector<ThreadCommunicator>& comms, Body body) {
+template <class Comm, class Body>
+std::vector<std::exception_ptr> run_ranks(std::vector<Comm>& comms, Body body) {
   std::vector<std::exception_ptr> errors(comms.size());
   std::vector<std::thread> threads;
   for (std::size_t r = 0; r < comms.size(); ++r)
@@ -42,9 +45,9 @@ TEST_CASE("thread communicator: all_reduce_sum and all_gather over 3 ranks, repe
     for (int round = 0; round < 50; ++round) {  // back-to-back calls reuse the barrier safely
       std::vector<float> v(7);  // 7 elements over 3 ranks: chunks of 3, 3, 1
       for (int i = 0; i < 7; ++i) v[static_cast<std::size_t>(i)] = static_cast<float>(100 * r + i + round);
-      comms[static_cast<std::size_t>(r)].all_reduce_sum(v.data(), v.size());
+      comms[static_cast<std::size_t>(r)].all_reduce_sum(exec, VectorView<float>(v.data(), static_cast<std::int64_t>(v.size())));
       std::vector<float> local = {static_cast<float>(r), static_cast<float>(10 * r)}, out(6);
-      comms[static_cast<std::size_t>(r)].all_gather(local.data(), local.size(), out.data());
+      comms[static_cast<std::size_t>(r)].all_gather(exec, VectorView<const float>(local.data(), 2), VectorView<float>(out.data(), 6));
       if (round == 49) {
         sums[static_cast<std::size_t>(r)] = v;
         gathered[static_cast<std::size_t>(r)] = out;
@@ -65,7 +68,7 @@ TEST_CASE("thread communicator: the sum is taken in rank order, identically on e
   std::vector<float> got(3, -1.0f);
   run_ranks(comms, [&](int r) {
     float v = values[r];
-    comms[static_cast<std::size_t>(r)].all_reduce_sum(&v, 1);
+    comms[static_cast<std::size_t>(r)].all_reduce_sum(exec, VectorView<float>(&v, 1));
     got[static_cast<std::size_t>(r)] = v;
   });
   CHECK(got == std::vector<float>{0.0f, 0.0f, 0.0f});
@@ -75,7 +78,7 @@ TEST_CASE("thread communicator: different sizes throw on every rank; abort relea
   auto comms = ThreadCommunicator::group(2);
   const auto errors = run_ranks(comms, [&](int r) {
     std::vector<float> v(static_cast<std::size_t>(4 + r));
-    comms[static_cast<std::size_t>(r)].all_reduce_sum(v.data(), v.size());
+    comms[static_cast<std::size_t>(r)].all_reduce_sum(exec, VectorView<float>(v.data(), static_cast<std::int64_t>(v.size())));
   });
   for (const auto& e : errors) {
     REQUIRE(e != nullptr);
@@ -95,7 +98,7 @@ TEST_CASE("thread communicator: different sizes throw on every rank; abort relea
       throw std::runtime_error("rank 1 failed");
     }
     float v = 1;
-    group[0].all_reduce_sum(&v, 1);
+    group[0].all_reduce_sum(exec, VectorView<float>(&v, 1));
   });
   REQUIRE(aborted[0] != nullptr);
   try {
@@ -105,6 +108,56 @@ TEST_CASE("thread communicator: different sizes throw on every rank; abort relea
   }
   CHECK(group[0].aborted());
   CHECK_THROWS_AS(ThreadCommunicator::group(0), dsv32::Error);
+}
+
+TEST_CASE("thread communicator: bf16 sums are taken in f32 and rounded once; broadcast copies the root's bytes") {
+  auto comms = ThreadCommunicator::group(3);
+  // 1 + 2^-8 + 2^-8 = 1 + 2^-7 is a bf16 value, but summing in bf16 pairwise would round the tie 1 + 2^-8 to 1
+  const float parts[3] = {1.0f, 0x1p-8f, 0x1p-8f};
+  std::vector<float> got(3);
+  std::vector<std::vector<unsigned char>> bytes(3);
+  const auto errors = run_ranks(comms, [&](int r) {
+    dsv32::bf16 v(parts[r]);
+    comms[static_cast<std::size_t>(r)].all_reduce_sum(exec, VectorView<dsv32::bf16>(&v, 1));
+    got[static_cast<std::size_t>(r)] = static_cast<float>(v);
+    std::vector<unsigned char> b(5, static_cast<unsigned char>(r));
+    comms[static_cast<std::size_t>(r)].broadcast(exec, VectorView<std::byte>(reinterpret_cast<std::byte*>(b.data()), 5), 2);
+    bytes[static_cast<std::size_t>(r)] = b;
+  });
+  for (const auto& e : errors) CHECK(e == nullptr);
+  for (int r = 0; r < 3; ++r) {
+    CHECK(got[static_cast<std::size_t>(r)] == 1.0f + 0x1p-7f);
+    CHECK(bytes[static_cast<std::size_t>(r)] == std::vector<unsigned char>(5, 2));
+  }
+}
+
+TEST_CASE("thread communicator on a backend the host cannot read: staged through host copies, same results") {
+  using dsv32::testing::HostInvisible;
+  using Mem = dsv32::Memory<HostInvisible>;
+  auto comms = dsv32::ThreadCommunicator<HostInvisible>::group(2);
+  std::vector<std::vector<float>> sums(2), gathered(2);
+  std::vector<std::uint64_t> syncs(2);
+  const auto errors = run_ranks(comms, [&](int r) {
+    dsv32::ExecutionContext<HostInvisible> ctx;
+    dsv32::Buffer<float, HostInvisible> data(3), out(6);  // backend memory: tagged, unreadable on the host
+    const std::vector<float> mine = {1.0f + r, 10.0f * r, -2.0f};
+    Mem::copy_from_host(data.data(), mine.data(), 12);
+    comms[static_cast<std::size_t>(r)].all_reduce_sum(ctx, dsv32::VectorView<float, dsv32::testing::HostInvisibleSpace>(data.data(), 3));
+    comms[static_cast<std::size_t>(r)].all_gather(
+        ctx, dsv32::VectorView<const float, dsv32::testing::HostInvisibleSpace>(data.data(), 3),
+        dsv32::VectorView<float, dsv32::testing::HostInvisibleSpace>(out.data(), 6));
+    sums[static_cast<std::size_t>(r)].resize(3);
+    gathered[static_cast<std::size_t>(r)].resize(6);
+    Mem::copy_to_host(sums[static_cast<std::size_t>(r)].data(), data.data(), 12);
+    Mem::copy_to_host(gathered[static_cast<std::size_t>(r)].data(), out.data(), 24);
+    syncs[static_cast<std::size_t>(r)] = ctx.synchronizations;
+  });
+  for (const auto& e : errors) CHECK(e == nullptr);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(sums[static_cast<std::size_t>(r)] == std::vector<float>{3.0f, 10.0f, -4.0f});
+    CHECK(gathered[static_cast<std::size_t>(r)] == std::vector<float>{3.0f, 10.0f, -4.0f, 3.0f, 10.0f, -4.0f});
+    CHECK(syncs[static_cast<std::size_t>(r)] == 4);  // each collective: one copy down, one up
+  }
 }
 
 }  // namespace

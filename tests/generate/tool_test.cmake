@@ -1,6 +1,7 @@
 # Tests of dsv32-generate, one CASE per ctest (see tests.cmake): runs the tool, checks its exit
 # status and that its standard output / error match regular expressions.
-# Variables: CASE, TOOL (dsv32-generate), DATA (tests/data), WORK_DIR (scratch).
+# Variables: CASE, TOOL (dsv32-generate), DATA (tests/data), WORK_DIR (scratch), SCRIPT (util-linux's
+# script, to run the tool on a pseudo-terminal; may be empty).
 cmake_minimum_required(VERSION 3.20)
 
 file(REMOVE_RECURSE "${WORK_DIR}")
@@ -44,9 +45,50 @@ function(manifest_row json key index begin end out)
   set(${out} "${joined}" PARENT_SCOPE)
 endfunction()
 
+# continuation(<ids JSON array> <max new tokens> <out>): the text that greedy generation from these
+# prompt ids produces, computed the long way — dsv32-generate on ids (eos 1, as the text modes
+# take it from the tokenizer), then dsv32-tokenize --decode --skip-special — to check the text modes
+# against (TOKENIZE: the dsv32-tokenize tool).
+function(continuation ids_json max_new out_var)
+  string(REGEX REPLACE "[][ ]" "" ids "${ids_json}")
+  string(REPLACE "," " " ids "${ids}")
+  run(RC 0 ARGS --prompt-ids "${ids}" --temperature 0 --max-new-tokens ${max_new} --eos-id 1 --quiet
+      STDOUT "^([0-9]+( [0-9]+)*)?\n$")
+  string(STRIP "${out}" generated)
+  string(REPLACE " " "," generated "[${generated}]")
+  execute_process(COMMAND "${TOKENIZE}" --tokenizer "${tokenizer}" --decode --skip-special --text "${generated}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE text ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "dsv32-tokenize --decode ${generated}: exit status ${rc}: ${err}")
+  endif()
+  set(${out_var} "${text}" PARENT_SCOPE)
+endfunction()
+
+# json_string(<text> <out>): `text` as a JSON string literal, quotes included.
+function(json_string text out_var)
+  string(REPLACE "\\" "\\\\" text "${text}")
+  string(REPLACE "\"" "\\\"" text "${text}")
+  string(REPLACE "\n" "\\n" text "${text}")
+  string(REPLACE "\r" "\\r" text "${text}")
+  string(REPLACE "\t" "\\t" text "${text}")
+  set(${out_var} "\"${text}\"" PARENT_SCOPE)
+endfunction()
+
+# chat_ids(<messages JSON array> <out>): the prompt ids of a conversation (dsv32-tokenize --chat --ids).
+function(chat_ids messages out_var)
+  execute_process(COMMAND "${TOKENIZE}" --tokenizer "${tokenizer}" --chat --ids
+                          --text "{\"messages\": ${messages}, \"add_generation_prompt\": true}"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE ids ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "dsv32-tokenize --chat --ids: exit status ${rc}: ${err}")
+  endif()
+  set(${out_var} "${ids}" PARENT_SCOPE)
+endfunction()
+
 set(timing "time to first token [0-9.]+ ms; decode [0-9]+ tokens in [0-9.]+ ms = [0-9.]+ tokens/s")
 set(golden "${DATA}/golden")
-set(tokenizer "${DATA}/tokenizer/deepseek_v3")
+set(tokenizer "${DATA}/tokenizer/deepseek_v3_2_exp")  # the default one
+set(tokenizer_v3 "${DATA}/tokenizer/deepseek_v3")
 
 if(CASE STREQUAL "default_run")
   # the embedded tiny model on the built-in prompt: 100 ids on one line, the model and timing on stderr
@@ -126,7 +168,8 @@ elseif(CASE STREQUAL "bad_arguments")
   run(RC 2 ARGS --top-k -1 STDERR "--top-k expects an integer")
   run(RC 2 ARGS --seed x STDERR "--seed expects a non-negative integer")
   run(RC 2 ARGS --prompt-ids "1 2" --batch-file f STDERR "give one input")
-  run(RC 1 ARGS --prompt-ids "1 x" STDERR "'x' is not a token id")
+  run(RC 1 ARGS --prompt-ids "1 x" STDERR "--prompt-ids: 'x' \\(id 2\\) is not a token id: expected a decimal integer")
+  run(RC 1 ARGS --prompt-ids "1 -5" STDERR "'-5' \\(id 2\\) is not a token id")
   run(RC 1 ARGS --prompt-ids " " STDERR "a prompt holds no token ids")
   run(RC 1 ARGS --prompt-ids "1 999999" --max-new-tokens 1
       STDERR "prompt 0 token 1 is 999999, outside the vocabulary \\[0, 129280\\)")
@@ -151,22 +194,140 @@ elseif(CASE STREQUAL "bad_files")
   run(RC 1 ARGS --batch-file "${WORK_DIR}/blank.txt" STDERR "holds no prompt")
 
 elseif(CASE STREQUAL "chat_session")
-  # The embedded model (vocabulary 129280) with the vendored DeepSeek-V3 tokenizer, fed a session.
-  run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 8 INPUT "hello\n/clear\nhi\n/exit\n"
+  # The embedded model (vocabulary 129280) with the vendored DeepSeek-V3.2-Exp tokenizer (the
+  # default), fed a session.
+  run(RC 0 ARGS --chat --max-new-tokens 8 INPUT "hello\n/clear\nhi\n/exit\n"
       STDOUT "^>>> [^\n]*\n>>> >>> [^\n]*\n>>> $" STDERR "${timing}.*${timing}")
   # end of input ends the session too
   run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 4 --quiet INPUT "hello\n"
       STDOUT "^>>> [^\n]*\n>>> \n$")
+  # The replies, greedy, are exactly what generating from the chat template's ids gives: the first
+  # turn; a turn after /clear (a fresh conversation); a second turn, whose prompt holds the exchange
+  # before it (the reply as the assistant's message).
+  chat_ids("[{\"role\": \"user\", \"content\": \"hello\"}]" hello_ids)
+  continuation("${hello_ids}" 8 reply_hello)
+  chat_ids("[{\"role\": \"user\", \"content\": \"hi\"}]" hi_ids)
+  continuation("${hi_ids}" 8 reply_hi)
+  set(history "[]")
+  string(JSON history SET "${history}" 0 "{\"role\": \"user\", \"content\": \"hi\"}")
+  string(JSON history SET "${history}" 1 "{\"role\": \"assistant\", \"content\": \"\"}")
+  json_string("${reply_hi}" reply_hi_json)
+  string(JSON history SET "${history}" 1 content "${reply_hi_json}")
+  string(JSON history SET "${history}" 2 "{\"role\": \"user\", \"content\": \"hello\"}")
+  chat_ids("${history}" second_ids)
+  continuation("${second_ids}" 8 reply_second)
+  run(RC 0 ARGS --chat --tokenizer "${tokenizer}" --max-new-tokens 8 --temperature 0 --quiet
+      INPUT "hello\n/clear\nhi\nhello\n/exit\n")
+  set(want ">>> ${reply_hello}\n>>> >>> ${reply_hi}\n>>> ${reply_second}\n>>> ")
+  if(NOT out STREQUAL want)
+    message(FATAL_ERROR "chat replies differ from generation on the chat template's ids:\n--- got:\n${out}\n--- want:\n${want}")
+  endif()
+  # DeepSeek-V3's tokenizer and template
+  run(RC 0 ARGS --chat --tokenizer "${tokenizer_v3}" --max-new-tokens 4 --quiet INPUT "hello\n"
+      STDOUT "^>>> [^\n]*\n>>> \n$")
+  # Thinking mode: the random model's tokens are all reasoning (it never closes it), marked as such;
+  # the conversation keeps only the (empty) answer, so the second prompt is
+  # bos <｜User｜> Hello ! <｜Assistant｜> </think> eos <｜User｜> Hello ! <｜Assistant｜> <think>.
+  run(RC 0 ARGS --chat --thinking --max-new-tokens 6 --temperature 0 INPUT "Hello!\nHello!\n"
+      STDOUT "^>>> <think>[^\n]*</think>\n>>> <think>[^\n]*</think>\n>>> \n$"
+      STDERR "6 prompt tokens, 6 generated.*12 prompt tokens, 6 generated")
+  # a tool output needs a tool call before it; the session goes on
+  run(RC 0 ARGS --chat --max-new-tokens 2 --quiet INPUT "/tool 42\nhi\n"
+      STDOUT "^>>> >>> [^\n]*\n>>> \n$" STDERR "chat message 0: a tool message must follow an assistant message")
+
+elseif(CASE STREQUAL "chat_replay")
+  # --replay-ids: fixed replies (ids from the tokenizer case files), so that what is shown and what
+  # the conversation keeps can be checked exactly.
+  #   reply 1: "\nLet me reason.\n" </think> "\n\nThe answer is 42." eos
+  #   reply 2: </think> "Checking." and a call get_weather {"city": "Paris"}, eos
+  #   reply 3: "Hello!" eos
+  file(WRITE "${WORK_DIR}/replies.txt"
+       "201 5718 678 3986 603 128799 271 671 3287 344 223 3180 16 1\n"
+       "128799 123452 16 128806 128808 1133 65 50219 128814 24313 37399 3362 582 51119 62773 128809 128807 1\n"
+       "19923 3 1\n")
+  set(call_line "{\"function\":{\"arguments\":\"{\\\"city\\\": \\\"Paris\\\"}\",\"name\":\"get_weather\"},\"type\":\"function\"}")
+  run(RC 0 ARGS --chat --thinking --replay-ids "${WORK_DIR}/replies.txt" INPUT "Hello!\nWhat is 2+2?\n/tool 3 results\n"
+      STDERR "6 prompt tokens, 13 generated.*24 prompt tokens, 17 generated.*45 prompt tokens, 2 generated")
+  # The reasoning between <think> and </think>, then the answer; the tool call as a JSON line.
+  set(expected ">>> <think>\nLet me reason.\n</think>\n\n\nThe answer is 42.\n>>> Checking.\n${call_line}\n>>> Hello!\n>>> \n")
+  if(NOT out STREQUAL expected)
+    message(FATAL_ERROR "chat replay: expected\n${expected}\ngot\n${out}")
+  endif()
+  # The prompt token counts above are those of the conversation with the answers only (token
+  # counts from the case files): 6 = bos <｜User｜> Hello ! <｜Assistant｜> <think>; 24 = the first 5,
+  # </think>, the answer's 7 tokens, eos, <｜User｜>, "What is 2+2?" (7), <｜Assistant｜> <think>;
+  # 45 = those 24 with </think> for <think>, the call turn ("Checking." 2, 4 markers, name 3,
+  # arguments 6, <｜tool▁calls▁end｜>, eos: 17) and the tool output (4). Reasoning kept in the answer
+  # would add 5.
+
+  # On a terminal (a pseudo-terminal from util-linux's script, when there is one) the reasoning is
+  # dimmed instead: SGR 2 ... SGR 0, then a line break before the answer.
+  if(SCRIPT)
+    execute_process(COMMAND "${CMAKE_COMMAND}" -E env --unset=NO_COLOR "${SCRIPT}" -qec "\"${TOOL}\" --prompt Hello! --thinking --quiet --replay-ids \"${WORK_DIR}/replies.txt\"" /dev/null
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE tty_out ERROR_VARIABLE tty_err)
+    string(ASCII 27 esc)
+    string(REPLACE "\r\n" "\n" tty_out "${tty_out}")
+    set(expected "${esc}[2m\nLet me reason.\n${esc}[0m\n\nThe answer is 42.\n")
+    if(NOT rc EQUAL 0 OR NOT tty_out STREQUAL expected)
+      message(FATAL_ERROR "on a terminal: status ${rc}, expected\n${expected}\ngot\n${tty_out}\n${tty_err}")
+    endif()
+  endif()
+
+  # One text prompt, and a batch: the same display.
+  run(RC 0 ARGS --prompt "Hello!" --thinking --replay-ids "${WORK_DIR}/replies.txt" --quiet
+      STDOUT "^<think>\nLet me reason.\n</think>\n\n\nThe answer is 42.\n$")
+  file(WRITE "${WORK_DIR}/prompts.txt" "Hello!\nWhat is 2+2?\n")
+  run(RC 0 ARGS --batch-file "${WORK_DIR}/prompts.txt" --text --thinking --replay-ids "${WORK_DIR}/replies.txt" --quiet)
+  set(expected "Prompt: Hello!\nCompletion: <think>\nLet me reason.\n</think>\n\n\nThe answer is 42.\n\nPrompt: What is 2+2?\nCompletion: Checking.\n${call_line}\n\n")
+  if(NOT out STREQUAL expected)
+    message(FATAL_ERROR "batch replay: expected\n${expected}\ngot\n${out}")
+  endif()
+  # Without thinking mode, reply 1's </think> after text breaks the format: a warning, then the
+  # rest as generated.
+  run(RC 0 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/replies.txt" --quiet
+      STDOUT "^\nLet me reason.\n</think>\n\nThe answer is 42.\n$"
+      STDERR "chat output: found </think> at byte 16 of the reply \\(expected answer text.*the rest of the reply is shown as generated")
+  # A replay file that is not ids, or runs out.
+  run(RC 1 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/prompts.txt" --quiet STDERR "prompts.txt line 1: 'Hello!' is not a token id")
+  file(WRITE "${WORK_DIR}/one.txt" "19923 3\n")
+  run(RC 1 ARGS --chat --replay-ids "${WORK_DIR}/one.txt" --quiet INPUT "a\nb\n" STDOUT "^>>> Hello!\n>>> $"
+      STDERR "replay file .*one.txt has no line left for reply 2")
 
 elseif(CASE STREQUAL "text_prompt")
+  # --prompt renders the chat template; --raw encodes the text alone (with bos). Each prints exactly
+  # what generating from those ids gives, decoded.
+  chat_ids("[{\"role\": \"user\", \"content\": \"Hello, world\"}]" chat_prompt)
+  continuation("${chat_prompt}" 6 want_chat)
   run(RC 0 ARGS --tokenizer "${tokenizer}" --prompt "Hello, world" --max-new-tokens 6 --temperature 0
       STDOUT "^[^\n]+\n$" STDERR "${timing}")
-  set(first "${out}")
+  if(NOT out STREQUAL "${want_chat}\n")
+    message(FATAL_ERROR "--prompt printed '${out}', generation on the chat template's ids gives '${want_chat}'")
+  endif()
+  execute_process(COMMAND "${TOKENIZE}" --tokenizer "${tokenizer}" --add-special --text "Hello, world"
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE raw_prompt)
+  if(NOT rc EQUAL 0 OR NOT raw_prompt STREQUAL "[0,19923,14,2058]\n")
+    message(FATAL_ERROR "dsv32-tokenize --add-special: exit status ${rc}, ids ${raw_prompt}")
+  endif()
+  continuation("${raw_prompt}" 6 want_raw)
   run(RC 0 ARGS --tokenizer "${tokenizer}" --prompt "Hello, world" --max-new-tokens 6 --temperature 0 --raw --quiet)
+  if(NOT out STREQUAL "${want_raw}\n")
+    message(FATAL_ERROR "--raw printed '${out}', generation on the text's own ids gives '${want_raw}'")
+  endif()
+  if(want_raw STREQUAL want_chat)
+    message(FATAL_ERROR "--raw and the chat template gave the same text '${want_raw}': the check cannot tell them apart")
+  endif()
   file(WRITE "${WORK_DIR}/prompts.txt" "Hello\nWhat is 2+2?\n")
   run(RC 0 ARGS --tokenizer "${tokenizer}" --batch-file "${WORK_DIR}/prompts.txt" --text --max-new-tokens 4
       STDOUT "^Prompt: Hello\nCompletion: [^\n]*\n\nPrompt: What is 2\\+2\\?\nCompletion: [^\n]*\n\n$")
   run(RC 2 ARGS --raw --prompt-ids "1" STDERR "--raw applies to text prompts")
+
+elseif(CASE STREQUAL "thinking_arguments")
+  run(RC 2 ARGS --thinking --prompt-ids "1 2" STDERR "--thinking applies to chat-template prompts")
+  run(RC 2 ARGS --thinking --raw --prompt "x" STDERR "--thinking applies to chat-template prompts")
+  run(RC 2 ARGS --replay-ids f --checkpoint "${golden}/tiny_bf16" STDERR "--replay-ids replaces the model")
+  run(RC 1 ARGS --thinking --prompt "x" --tokenizer "${tokenizer_v3}"
+      STDERR "--thinking: the chat template of the tokenizer in .*deepseek_v3 \\(DeepSeek-V3's\\) has no thinking mode")
+  run(RC 1 ARGS --prompt "x" --replay-ids "${WORK_DIR}/missing.txt" STDERR "cannot open replay file")
 
 elseif(CASE STREQUAL "text_needs_vocabulary")
   run(RC 1 ARGS --checkpoint "${golden}/tiny_bf16" --tokenizer "${tokenizer}" --prompt "hi"

@@ -7,6 +7,7 @@
 #include <dsv32/dsv32.hpp>
 #include <dsv32/generate/generate.hpp>
 #include <dsv32/io/checkpoint.hpp>
+#include <dsv32/testing/host_invisible.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -49,7 +50,7 @@ struct RecordingModel {
   }
 };
 
-template <class Config>
+template <class Config, class Backend = dsv32::Cpu>
 void check_generation(const std::string& name) {
   const auto dir = kGolden / name;
   std::ifstream in(dir / "manifest.json");
@@ -60,9 +61,9 @@ void check_generation(const std::string& name) {
   REQUIRE(manifest.at("temperature").get<double>() == 0.0);
 
   const dsv32::ModelArgs args = dsv32::ModelArgs::from_file(dir / "config.json");
-  dsv32::Transformer<Config> model(args.runtime);
+  dsv32::Transformer<Config, Backend> model(args.runtime);
   dsv32::load_checkpoint(model, dir / "model0-mp1.safetensors");
-  RecordingModel<dsv32::Transformer<Config>> recorder{model, {}};
+  RecordingModel<dsv32::Transformer<Config, Backend>> recorder{model, {}};
 
   dsv32::GenerateOptions opts;
   opts.max_new_tokens = manifest.at("max_new_tokens").get<std::int64_t>();
@@ -99,4 +100,17 @@ TEST_CASE("golden generate: tiny_bf16_rope_interleaved") {
 TEST_CASE("golden generate: tiny_fp8_ue8m0_yarn") { check_generation<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn"); }
 TEST_CASE("golden generate: tiny_fp8_plain_scale") {
   check_generation<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
+}
+
+// The same generations on a backend whose memory the host cannot read.
+using dsv32::testing::HostInvisible;
+TEST_CASE("golden generate on HostInvisible: tiny_bf16") { check_generation<dsv32::TinyBf16, HostInvisible>("tiny_bf16"); }
+TEST_CASE("golden generate on HostInvisible: tiny_bf16_rope_interleaved") {
+  check_generation<dsv32::TinyBf16RopeInterleaved, HostInvisible>("tiny_bf16_rope_interleaved");
+}
+TEST_CASE("golden generate on HostInvisible: tiny_fp8_ue8m0_yarn") {
+  check_generation<dsv32::TinyFp8Ue8m0Yarn, HostInvisible>("tiny_fp8_ue8m0_yarn");
+}
+TEST_CASE("golden generate on HostInvisible: tiny_fp8_plain_scale") {
+  check_generation<dsv32::TinyFp8PlainScale, HostInvisible>("tiny_fp8_plain_scale");
 }

@@ -98,8 +98,8 @@ inline std::vector<HfTensor> hf_tensors_from_file(const fs::path& file) {
   return out;
 }
 
-// The Hugging Face tensors of a model's parameters (all loaded, host memory). F32 norm weights, norm
-// biases and the head are stored as bf16, as in the released checkpoint; scales and the gate bias as f32.
+// The Hugging Face tensors of a model's parameters (all loaded, host memory). F32 norm weights and norm
+// biases are stored as bf16, as in the released checkpoint; scales and the gate bias as f32.
 template <class Model>
 std::vector<HfTensor> hf_tensors_from_model(Model& model) {
   std::vector<HfTensor> out;
@@ -107,7 +107,7 @@ std::vector<HfTensor> hf_tensors_from_model(Model& model) {
     const auto dims = p.shape().dims();
     HfTensor h{dsv32::hf_name_from_dsv32(name), p.dtype(), dims, {}};
     const bool narrow = p.dtype() == dsv32::DType::F32 &&
-                        (name.ends_with("norm.weight") || name.ends_with("norm.bias") || name == "head.weight");
+                        (p.role() == dsv32::TensorRole::norm || p.role() == dsv32::TensorRole::bias);
     if (narrow) {
       h.dtype = dsv32::DType::BF16;
       const float* v = p.template as<float>();

@@ -6,6 +6,7 @@
 #include <dsv32/dsv32.hpp>
 #include <dsv32/io/checkpoint.hpp>
 #include <dsv32/io/convert.hpp>
+#include <dsv32/testing/host_invisible.hpp>
 
 #include <doctest/doctest.h>
 
@@ -121,9 +122,9 @@ struct Run {
 
 // The one-rank model from the Hugging Face checkpoint: a prefill, then greedy decode steps; `calls`
 // receives the calls made, for the ranks to replay.
-template <class Config>
+template <class Config, class Backend = dsv32::Cpu>
 Run run_one_rank(const fs::path& hf, int decode_steps, std::vector<Call>& calls) {
-  dsv32::Transformer<Config> m(runtime_options());
+  dsv32::Transformer<Config, Backend> m(runtime_options());
   dsv32::load_checkpoint(m, hf);
   calls = {{{}, 0}};
   for (int i = 0; i < 2 * 12; ++i) calls[0].tokens.push_back((i * 37 + 11) % 512);
@@ -140,9 +141,9 @@ Run run_one_rank(const fs::path& hf, int decode_steps, std::vector<Call>& calls)
 }
 
 // Two ranks in two threads, each loading its own shard of `converted` and making `calls`.
-template <class Config>
+template <class Config, class Backend = dsv32::Cpu>
 std::vector<Run> run_two_ranks(const fs::path& converted, const std::vector<Call>& calls) {
-  auto comms = dsv32::ThreadCommunicator::group(2);
+  auto comms = dsv32::ThreadCommunicator<Backend>::group(2);
   std::vector<Run> runs(2);
   std::vector<std::exception_ptr> errors(2);
   std::vector<std::size_t> experts(2), fp8_borrowed(2), fp8(2);
@@ -150,9 +151,9 @@ std::vector<Run> run_two_ranks(const fs::path& converted, const std::vector<Call
   for (std::size_t r = 0; r < 2; ++r)
     ranks.emplace_back([&, r] {
       try {
-        dsv32::Transformer<Config> m(runtime_options(), dsv32::Parallel::from(comms[r]));
+        dsv32::Transformer<Config, Backend> m(runtime_options(), dsv32::Parallel::from(comms[r]));
         dsv32::load_checkpoint(m, converted);
-        m.visit([&](const std::string& name, dsv32::Parameter<dsv32::Cpu>& p) {
+        m.visit([&](const std::string& name, dsv32::Parameter<Backend>& p) {
           if (name.find(".experts.") != std::string::npos && name.ends_with("w1.weight")) ++experts[r];
           if (p.dtype() == DType::F8_E4M3) fp8[r] += 1, fp8_borrowed[r] += p.borrowed();
         });
@@ -169,7 +170,10 @@ std::vector<Run> run_two_ranks(const fs::path& converted, const std::vector<Call
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   CHECK(experts == std::vector<std::size_t>{4, 4});  // each rank holds its half of the routed experts
-  CHECK(fp8_borrowed == fp8);                         // FP8 weights straight from the shard's mapping
+  if constexpr (dsv32::Memory<Backend>::host_visible)
+    CHECK(fp8_borrowed == fp8);  // FP8 weights straight from the shard's mapping
+  else
+    CHECK(fp8_borrowed == std::vector<std::size_t>{0, 0});  // copied into backend memory
   CHECK(runs[0].first_attention == runs[1].first_attention);
   for (std::size_t i = 0; i < calls.size(); ++i) CHECK(runs[0].logits[i].values == runs[1].logits[i].values);
   return runs;
@@ -236,6 +240,19 @@ TEST_CASE("convert: bf16 mp=2 shards on two ThreadCommunicator ranks match the m
     for (std::int64_t b = 0; b < 2; ++b) CHECK(two[0].logits[i].argmax(b) == one.logits[i].argmax(b));
   }
   MESSAGE("bf16, mp=2 vs mp=1 over " << calls.size() << " calls: max |logit difference| / max |logit| = " << worst);
+
+  // The same on a backend the host cannot read (collectives staged through host copies, weights
+  // uploaded into backend memory): every logit bit for bit, at one rank and at two.
+  std::vector<Call> hidden_calls;
+  const Run hidden_one = run_one_rank<MpTestBf16Config, dsv32::testing::HostInvisible>(hf, 6, hidden_calls);
+  const std::vector<Run> hidden_two = run_two_ranks<MpTestBf16Config, dsv32::testing::HostInvisible>(out, calls);
+  REQUIRE(hidden_calls.size() == calls.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    CAPTURE(i);
+    CHECK(hidden_one.logits[i].values == one.logits[i].values);
+    CHECK(hidden_two[0].logits[i].values == two[0].logits[i].values);
+  }
+  CHECK(hidden_two[0].first_attention == two[0].first_attention);
 }
 
 TEST_CASE("convert: FP8 mp=2 shards with split block scales load on two ranks and agree with mp=1") {
@@ -335,7 +352,7 @@ TEST_CASE("convert: shard contents follow convert.py (split dims, expert partiti
     CHECK(e.kind() == ErrorKind::io);
     CHECK(std::string(e.what()).find("it has model0-mp2.safetensors, model1-mp2.safetensors") != std::string::npos);
   }
-  auto comms = dsv32::ThreadCommunicator::group(2);
+  auto comms = dsv32::ThreadCommunicator<>::group(2);
   dsv32::Transformer<MpTestConfig> rank0(runtime_options(), dsv32::Parallel::from(comms[0]));
   try {
     dsv32::load_checkpoint(rank0, hf);

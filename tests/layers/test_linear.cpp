@@ -1,7 +1,8 @@
 // Tests of dsv32/layers/parameter.hpp and linear.hpp: a Parameter's dtype rules, conversion, filling,
-// borrowing and release; the Linear, RMSNorm, LayerNorm and Embedding layers' tensor names, shapes,
-// default eps and their use of the kernels.
+// borrowing and release; ParameterStore's binding checks; the Linear, RMSNorm, LayerNorm and
+// Embedding layers bound by name, their default eps and their use of the kernels.
 #include "dsv32/backend/cpu/kernels.hpp"
+#include "dsv32/config/presets.hpp"
 #include "dsv32/layers/linear.hpp"
 
 #include <doctest/doctest.h>
@@ -15,6 +16,7 @@
 #include <vector>
 #include "support/test_support.hpp"
 
+using dsv32::test::contains;
 using dsv32::test::error_of;
 
 namespace {
@@ -28,11 +30,30 @@ using dsv32::Shape;
 using Param = dsv32::Parameter<Cpu>;
 
 
-// Loads every parameter of a layer with values from gen(name, index).
-template <class Layer, class Gen>
-void fill(Layer& layer, Gen&& gen) {
-  layer.visit("", [&](const std::string& name, Param& p) { p.fill_host([&](std::size_t i) { return gen(name, i); }); });
+// A row of a stand-alone tensor table (tests build layers outside a model).
+dsv32::TensorSpec spec(std::string_view module, std::string_view leaf, DType dtype, Shape shape,
+                       dsv32::TensorRole role = dsv32::TensorRole::weight) {
+  dsv32::TensorSpec t;
+  t.module = module;
+  t.leaf = leaf;
+  t.dtype = dtype;
+  t.shape = t.local = shape;
+  t.role = role;
+  return t;
 }
+
+// Loads every parameter of a store with values from gen(name, index).
+template <class Gen>
+void fill(dsv32::ParameterStore<Cpu>& store, Gen&& gen) {
+  for (Param& p : store) p.fill_host([&](std::size_t i) { return gen(p.name(), i); });
+}
+
+// A call context for one rank.
+struct Call {
+  dsv32::ExecutionContext<Cpu> exec;
+  dsv32::ForwardContext<Cpu> ctx;
+  Call() { ctx.exec = &exec; }
+};
 
 }  // namespace
 
@@ -42,7 +63,7 @@ TEST_CASE("Parameter: shape and bytes before loading, the dtypes it accepts, dat
   CHECK(p.bytes() == 24);
   CHECK_FALSE(p.loaded());
   CHECK_FALSE(p.borrowed());
-  CHECK(std::string(error_of([&] { (void)p.data(); }, ErrorKind::state)).find("parameter not loaded") != std::string::npos);
+  CHECK(std::string(error_of([&] { (void)p.data(); }, ErrorKind::state)).find("not loaded") != std::string::npos);
   CHECK(p.accepts(DType::F32));
   CHECK(p.accepts(DType::BF16));  // widened exactly
   CHECK_FALSE(p.accepts(DType::F16));
@@ -96,49 +117,43 @@ TEST_CASE("Parameter: conversion from BF16, filling per dtype, borrowing and rel
   CHECK(r.as<float>()[0] == 0.0f);  // fresh, zero-filled
 }
 
-TEST_CASE("Linear: names, shapes and scale shapes; forward passes the activation scale format") {
-  dsv32::Linear<Cpu> bf(96, 40, DType::BF16);
-  std::vector<std::string> names;
-  bf.visit("x.", [&](const std::string& n, Param& p) {
-    names.push_back(n);
-    CHECK(p.shape() == Shape{40, 96});
-  });
-  CHECK(names == std::vector<std::string>{"x.weight"});
+TEST_CASE("Linear: binds its weight (and FP8 scale) by name; forward passes the activation scale format") {
+  dsv32::ParameterStore<Cpu> store({spec("x", "weight", DType::BF16, Shape{40, 96}),
+                                    spec("y", "weight", DType::F8_E4M3, Shape{300, 256}),
+                                    spec("y", "scale", DType::F32, Shape{3, 2}, dsv32::TensorRole::scale),
+                                    spec("z", "weight", DType::F8_E4M3, Shape{300, 256}),
+                                    spec("z", "scale", DType::F32, Shape{3, 2}, dsv32::TensorRole::scale)});
+  const dsv32::Linear<Cpu> bf(store, "x");
   CHECK(bf.in_features() == 96);
   CHECK(bf.out_features() == 40);
   CHECK_FALSE(bf.fp8());
-
-  dsv32::Linear<Cpu> ue(256, 300, DType::F8_E4M3, ScaleFmt::ue8m0), plain(256, 300, DType::F8_E4M3, ScaleFmt::none);
-  names.clear();
-  ue.visit("y.", [&](const std::string& n, Param& p) {
-    names.push_back(n);
-    CHECK(p.shape() == (n == "y.weight" ? Shape{300, 256} : Shape{3, 2}));
-    CHECK(p.dtype() == (n == "y.weight" ? DType::F8_E4M3 : DType::F32));
-  });
-  CHECK(names == std::vector<std::string>{"y.weight", "y.scale"});
+  const dsv32::Linear<Cpu> ue(store, "y", ScaleFmt::ue8m0), plain(store, "z", ScaleFmt::none);
   CHECK(ue.fp8());
+  CHECK_NOTHROW(store.check_all_used());
+  CHECK(error_of([&] { dsv32::Linear<Cpu>(store, "w"); }, ErrorKind::state).find("w.weight, which the tensor table does not declare") !=
+        std::string::npos);
+  CHECK(error_of([&] { dsv32::Linear<Cpu>(store, "x"); store.check_all_used(); }, ErrorKind::state)
+            .find("tensor x.weight of the tensor table is read by 2 layers") != std::string::npos);
 
-  const dsv32::ForwardContext ctx;
+  Call call;
   std::vector<bf16> x(2 * 256, bf16(0.3f)), y(2 * 300);
   x[5] = bf16(2.9f);  // amax / 448 not a power of two: the two formats quantize differently
-  CHECK(error_of([&] { ue.forward(ctx, {x.data(), 2, 256, 256}, {y.data(), 2, 300, 300}); }, ErrorKind::state).find("not loaded") !=
+  CHECK(error_of([&] { ue.forward(call.ctx, {x.data(), 2, 256, 256}, {y.data(), 2, 300, 300}); }, ErrorKind::state).find("not loaded") !=
         std::string::npos);
   std::mt19937 gen(1);
   std::normal_distribution<float> d(0.0f, 100.0f);
   std::vector<float> wv(300 * 256);
   for (auto& v : wv) v = d(gen);
-  auto weights = [&](const std::string& name, std::size_t i) { return name.ends_with("scale") ? 0.01f : wv[i]; };
-  fill(ue, weights);
-  fill(plain, weights);
-  const dsv32::WeightView v = ue.view();
+  fill(store, [&](const std::string& name, std::size_t i) { return name.ends_with("scale") ? 0.01f : wv[i % wv.size()]; });
+  const dsv32::WeightView<> v = ue.view();
   CHECK(v.dtype == DType::F8_E4M3);
   CHECK(v.out == 300);
   CHECK(v.in == 256);
   CHECK(v.scale != nullptr);
   CHECK(v.scale_cols() == 2);
   std::vector<bf16> y_plain(2 * 300), want(2 * 300), want_plain(2 * 300);
-  ue.forward(ctx, {x.data(), 2, 256, 256}, {y.data(), 2, 300, 300});
-  plain.forward(ctx, {x.data(), 2, 256, 256}, {y_plain.data(), 2, 300, 300});
+  ue.forward(call.ctx, {x.data(), 2, 256, 256}, {y.data(), 2, 300, 300});
+  plain.forward(call.ctx, {x.data(), 2, 256, 256}, {y_plain.data(), 2, 300, 300});
   dsv32::cpu::linear({x.data(), 2, 256, 256}, ue.view(), ScaleFmt::ue8m0, {want.data(), 2, 300, 300});
   dsv32::cpu::linear({x.data(), 2, 256, 256}, plain.view(), ScaleFmt::none, {want_plain.data(), 2, 300, 300});
   int differ = 0;
@@ -150,52 +165,58 @@ TEST_CASE("Linear: names, shapes and scale shapes; forward passes the activation
   CHECK(differ > 0);
 }
 
-TEST_CASE("RMSNorm and LayerNorm layers: eps 1e-6, names") {
+TEST_CASE("RMSNorm and LayerNorm layers: eps 1e-6, bound by name") {
   const std::int64_t dim = 8;
-  dsv32::RMSNorm<Cpu> rms(dim);
-  dsv32::LayerNorm<Cpu> ln(dim);
-  std::vector<std::string> names;
-  ln.visit("k_norm.", [&](const std::string& n, Param& p) {
-    names.push_back(n);
-    CHECK(p.dtype() == DType::F32);
-    CHECK(p.shape() == Shape{dim});
-  });
-  CHECK(names == std::vector<std::string>{"k_norm.weight", "k_norm.bias"});
-  fill(rms, [](const std::string&, std::size_t i) { return 1.0f + 0.125f * static_cast<float>(i); });
-  fill(ln, [](const std::string& n, std::size_t i) { return n.ends_with("bias") ? 0.0f : 1.0f + 0.125f * static_cast<float>(i); });
+  dsv32::ParameterStore<Cpu> store({spec("norm", "weight", DType::F32, Shape{dim}, dsv32::TensorRole::norm),
+                                    spec("k_norm", "weight", DType::F32, Shape{dim}, dsv32::TensorRole::norm),
+                                    spec("k_norm", "bias", DType::F32, Shape{dim}, dsv32::TensorRole::bias)});
+  const dsv32::RMSNorm<Cpu> rms(store, "norm");
+  const dsv32::LayerNorm<Cpu> ln(store, "k_norm");
+  CHECK_NOTHROW(store.check_all_used());
+  fill(store, [](const std::string& n, std::size_t i) { return n.ends_with("bias") ? 0.0f : 1.0f + 0.125f * static_cast<float>(i); });
+  Call call;
   // a constant row of c = 2^-10: c^2 = 2^-20 ~ 0.95e-6, so the eps of 1e-6 shows: y = w c / sqrt(c^2 + 1e-6)
   const float c = std::ldexp(1.0f, -10);
   std::vector<bf16> x(dim, bf16(c)), y(dim);
-  rms.forward({x.data(), 1, dim, dim}, {y.data(), 1, dim, dim});
+  rms.forward(call.ctx, {x.data(), 1, dim, dim}, {y.data(), 1, dim, dim});
   const double ratio = c / std::sqrt(static_cast<double>(c) * c + 1e-6);  // 0.6985...
   for (std::int64_t i = 0; i < dim; ++i) CHECK(static_cast<float>(y[i]) == doctest::Approx((1.0 + 0.125 * i) * ratio).epsilon(4e-3));
   // fused residual form through the layer: residual becomes bf16(x + r)
   std::vector<bf16> r(dim, bf16(c)), y2(dim);
-  rms.forward({x.data(), 1, dim, dim}, {r.data(), 1, dim, dim}, {y2.data(), 1, dim, dim});
+  rms.forward(call.ctx, {x.data(), 1, dim, dim}, {r.data(), 1, dim, dim}, {y2.data(), 1, dim, dim});
   for (std::int64_t i = 0; i < dim; ++i) CHECK(static_cast<float>(r[i]) == 2 * c);
   const double ratio2 = 2 * c / std::sqrt(4.0 * c * c + 1e-6);
   for (std::int64_t i = 0; i < dim; ++i) CHECK(static_cast<float>(y2[i]) == doctest::Approx((1.0 + 0.125 * i) * ratio2).epsilon(4e-3));
   // LayerNorm of [0, 2^-10, 0, 2^-10, ...]: mean 2^-11, variance 2^-22 (~0.24e-6): y = +-w sqrt(v / (v + 1e-6))
   for (std::int64_t i = 0; i < dim; ++i) x[i] = bf16(i % 2 ? c : 0.0f);
-  ln.forward({x.data(), 1, dim, dim}, {y.data(), 1, dim, dim});
+  ln.forward(call.ctx, {x.data(), 1, dim, dim}, {y.data(), 1, dim, dim});
   const double v = std::ldexp(1.0, -22), z = std::sqrt(v / (v + 1e-6));
   for (std::int64_t i = 0; i < dim; ++i)
     CHECK(static_cast<float>(y[i]) == doctest::Approx((i % 2 ? 1 : -1) * (1.0 + 0.125 * i) * z).epsilon(4e-3));
 }
 
-TEST_CASE("Embedding layer: the rank's vocabulary part") {
-  dsv32::Embedding<Cpu> whole(6, 2, dsv32::Parallel{});
+TEST_CASE("Embedding layer: the rank's vocabulary part, from the tensor table") {
+  dsv32::ModelArgs a = dsv32::ModelArgs::of<dsv32::TinyBf16>();
+  a.vocab_size = 6;
+  a.dim = 2;
+  a.n_heads = 2;  // divisible by the world size used below, like every other split size
+  a.n_routed_experts = 8;
+  // rank 1 of 2 holds ids [3, 6): its parameter is [3, dim]
+  dsv32::ParameterStore<Cpu> part(a, 2, 1);
+  const Param* embed = part.find("embed.weight");
+  REQUIRE(embed != nullptr);
+  CHECK(embed->shape() == Shape{3, 2});
+  CHECK(embed->spec().shape == Shape{6, 2});
+  dsv32::ParameterStore<Cpu> whole({spec("embed", "weight", DType::BF16, Shape{6, 2}, dsv32::TensorRole::embedding)});
+  const dsv32::Embedding<Cpu> layer(whole, "embed", 0);
   fill(whole, [](const std::string&, std::size_t i) { return static_cast<float>(i); });
   const std::int32_t tokens[] = {5, 0, 2};
   std::vector<bf16> out(3 * 2);
-  whole.forward(dsv32::ForwardContext{}, tokens, 3, {out.data(), 3, 2, 2});
+  Call call;
+  layer.forward(call.ctx, {tokens, 3}, {out.data(), 3, 2, 2});
   const float want[] = {10, 11, 0, 1, 4, 5};
   for (int i = 0; i < 6; ++i) CHECK(static_cast<float>(out[i]) == want[i]);
-  // rank 1 of 3 holds ids [2, 4): its parameter is [2, dim]
-  dsv32::Embedding<Cpu> part(6, 2, dsv32::Parallel{3, 1, nullptr});
-  part.visit("embed.", [](const std::string& n, Param& p) {
-    CHECK(n == "embed.weight");
-    CHECK(p.shape() == Shape{2, 2});
-  });
-  CHECK_THROWS_AS(dsv32::Embedding<Cpu>(7, 2, dsv32::Parallel{3, 0, nullptr}), dsv32::Error);  // 7 % 3 != 0
+  a.vocab_size = 7;  // 7 % 2 != 0
+  CHECK(contains(error_of([&] { dsv32::ParameterStore<Cpu>(a, 2, 0); }, ErrorKind::invalid_argument),
+                 "vocab_size (7) must be divisible by the world size (2)"));
 }

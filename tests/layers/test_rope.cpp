@@ -100,14 +100,16 @@ TEST_CASE("RopeTable: cos and sin of f32(position) * freq for every position") {
   const auto o = options(32, 16);  // YaRN on
   const dsv32::RopeTable<dsv32::Cpu> table(8, o);
   CHECK(table.bytes() == 2 * 32 * 4 * sizeof(float));
+  CHECK(table.cos().rows == 32);
+  CHECK(table.cos().cols == 4);
   const auto freqs = dsv32::rope_frequencies(8, o);
   for (int t = 0; t < 32; ++t)
     for (int i = 0; i < 4; ++i) {
       const float angle = static_cast<float>(t) * freqs[i];
-      CHECK(table.cos()[t * 4 + i] == std::cos(angle));
-      CHECK(table.sin()[t * 4 + i] == std::sin(angle));
-      CHECK(table.cos()[t * 4 + i] == doctest::Approx(std::cos(static_cast<double>(t) * freqs[i])).epsilon(1e-5).scale(1e-5));
+      CHECK(table.cos().row(t)[i] == std::cos(angle));
+      CHECK(table.sin().row(t)[i] == std::sin(angle));
+      CHECK(table.cos().row(t)[i] == doctest::Approx(std::cos(static_cast<double>(t) * freqs[i])).epsilon(1e-5).scale(1e-5));
     }
-  CHECK(table.cos()[0] == 1.0f);
-  CHECK(table.sin()[0] == 0.0f);
+  CHECK(table.cos().row(0)[0] == 1.0f);
+  CHECK(table.sin().row(0)[0] == 0.0f);
 }

@@ -132,7 +132,7 @@ TEST_CASE("Transformer<TinyBf16>: the tensor list, one layer of each kind, again
       {"layers.1.ffn.shared_experts.w2.weight", DType::BF16, Shape{96, 2 * 48}},
       {"layers.2.attn.indexer.wq_b.weight", DType::BF16, Shape{8 * 128, 64}},
       {"norm.weight", DType::F32, Shape{96}},
-      {"head.weight", DType::F32, Shape{300, 96}},
+      {"head.weight", DType::BF16, Shape{300, 96}},
   };
   for (const Want& w : wants) {
     CAPTURE(w.name);
@@ -157,8 +157,8 @@ TEST_CASE("Transformer<TinyBf16>: the tensor list, one layer of each kind, again
   CHECK(model.memory_plan().parameters == elements);
   CHECK(model.memory_plan().weights == bytes);
 
-  // the reference's checkpoint of this shape has exactly these tensors and shapes (its norms and head
-  // are BF16, which the F32 parameters accept)
+  // the reference's checkpoint of this shape has exactly these tensors and shapes (its norms are
+  // BF16, which the F32 norm parameters accept)
   const auto file = dsv32::SafetensorsFile::open(kGolden + "tiny_bf16/model0-mp1.safetensors");
   CHECK(file->tensors().size() == list.size());
   dsv32::Transformer<TinyBf16> probe(tiny_options());
@@ -252,10 +252,10 @@ TEST_CASE("Transformer<Config671B>: the memory plan of the released model, nothi
   for (const Lin& l : attn_fp8) fp8 += 61 * l.out * l.in, scales += 61 * blocks(l.out, l.in);
   for (const Lin& l : dense) fp8 += 3 * l.out * l.in, scales += 3 * blocks(l.out, l.in);
   for (const Lin& l : expert) fp8 += 58 * 257 * l.out * l.in, scales += 58 * 257 * blocks(l.out, l.in);
-  const I bf16 = 129280LL * 7168 + 61 * 64LL * 7168 + 58 * 256LL * 7168;  // embed, weights_proj, gate
-  const I f32 = 129280LL * 7168                                          // head (held in f32)
-                + 61 * (2 * 7168 + 1536 + 512 + 2 * 128) + 7168           // norms, k_norm, final norm
-                + 58 * 256;                                               // gate bias
+  // embed, head (kept in its stored bf16, widened to f32 as it is read), weights_proj, gate
+  const I bf16 = 2 * 129280LL * 7168 + 61 * 64LL * 7168 + 58 * 256LL * 7168;
+  const I f32 = 61 * (2 * 7168 + 1536 + 512 + 2 * 128) + 7168  // norms, k_norm, final norm
+                + 58 * 256;                                     // gate bias
   CHECK(fp8 + bf16 + f32 == 671'877'944'064);
   CHECK(plan.weight_bytes.at(DType::F8_E4M3) == static_cast<std::size_t>(fp8));
   CHECK(plan.weight_bytes.at(DType::BF16) == static_cast<std::size_t>(2 * bf16));
@@ -266,7 +266,8 @@ TEST_CASE("Transformer<Config671B>: the memory plan of the released model, nothi
   CHECK(plan.cache_bytes_per_token == 61u * ((512 + 64) * 2 + 128 + 4));
   CHECK(plan.caches == plan.cache_bytes_per_token * 16);
   CHECK(plan.rope_tables == 2u * 16 * 32 * sizeof(float));
-  CHECK(plan.total() == plan.weights + plan.caches + plan.rope_tables);
+  CHECK(plan.scratch > 0);  // the forward temporaries for 1 x 16 tokens (checked against real allocations elsewhere)
+  CHECK(plan.total() == plan.weights + plan.caches + plan.rope_tables + plan.scratch);
   CHECK(dsv32::Transformer<Config671B, Cpu>::memory_plan(o).parameters == plan.parameters);
 
   // nothing was loaded or allocated
@@ -459,4 +460,25 @@ TEST_CASE("Transformer::init_random is deterministic in its seed") {
   double mean = 0.0;
   for (int i = 0; i < 96; ++i) mean += norm[i] / 96.0;
   CHECK(std::fabs(mean - 1.0) < 0.1);
+}
+
+TEST_CASE("Transformer: a memory plan the machine cannot hold is refused before anything is allocated") {
+  // caches for 2^16 sequences of 2^16 positions (terabytes; each option within its bounds) at load:
+  // refused with both figures, nothing left loaded
+  dsv32::RuntimeOptions wide = tiny_options();
+  wide.max_batch_size = std::int64_t{1} << 16;
+  wide.max_seq_len = std::int64_t{1} << 16;
+  dsv32::Transformer<TinyBf16> m(wide);
+  const std::string load = error_of([&] { m.init_random(1); }, ErrorKind::out_of_memory);
+  CHECK(contains(load, "the model needs "));
+  CHECK(contains(load, "of cpu memory for its weights ("));
+  CHECK(contains(load, "caches ("));
+  CHECK(contains(load, "are available; lower max_batch_size, max_seq_len or max_tokens_per_call"));
+  CHECK(contains(load, "forward scratch ("));
+  CHECK_FALSE(m.ready());
+  int loaded = 0;
+  m.visit([&](const std::string&, Param& p) { loaded += p.loaded(); });
+  CHECK(loaded == 0);
+  const std::string call = error_of([&] { m.forward(random_tokens(3, 1), 1, 0); }, ErrorKind::state);
+  CHECK(contains(call, "not loaded"));
 }

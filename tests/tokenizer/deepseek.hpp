@@ -1,4 +1,5 @@
-// The vendored DeepSeek-V3 tokenizer and its case files, loaded once per test run.
+// The vendored DeepSeek tokenizers (tests/data/tokenizer/<folder>) and their case files, each
+// loaded once per test run: DeepSeek-V3's (the default of these helpers) and DeepSeek-V3.2-Exp's.
 #pragma once
 
 #include <map>
@@ -10,17 +11,23 @@
 
 namespace deepseek {
 
-inline std::string data_dir() { return std::string(DSV32_TOKENIZER_TEST_DATA) + "/deepseek_v3"; }
+inline const std::string v3 = "deepseek_v3";              ///< DeepSeek-V3's files
+inline const std::string v3_2_exp = "deepseek_v3_2_exp";  ///< DeepSeek-V3.2-Exp's files
 
-inline const dsv32::Tokenizer& tokenizer() {
-  static const dsv32::Tokenizer tok = dsv32::Tokenizer::from_directory(data_dir());
-  return tok;
+inline std::string data_dir(const std::string& folder = v3) { return std::string(DSV32_TOKENIZER_TEST_DATA) + "/" + folder; }
+
+inline const dsv32::Tokenizer& tokenizer(const std::string& folder = v3) {
+  static std::map<std::string, dsv32::Tokenizer> loaded;
+  auto it = loaded.find(folder);
+  if (it == loaded.end()) it = loaded.emplace(folder, dsv32::Tokenizer::from_directory(data_dir(folder))).first;
+  return it->second;
 }
 
-inline const nlohmann::json& cases(const std::string& file) {
+inline const nlohmann::json& cases(const std::string& file, const std::string& folder = v3) {
   static std::map<std::string, nlohmann::json> loaded;
-  auto it = loaded.find(file);
-  if (it == loaded.end()) it = loaded.emplace(file, dsv32::bpe::read_json_file(data_dir() + "/" + file)).first;
+  const std::string key = folder + "/" + file;
+  auto it = loaded.find(key);
+  if (it == loaded.end()) it = loaded.emplace(key, dsv32::bpe::read_json_file(data_dir(folder) + "/" + file)).first;
   return it->second;
 }
 

@@ -66,6 +66,8 @@ TEST_CASE("deepseek: every case of encode_cases.json encodes to its ids and deco
 
 TEST_CASE("deepseek: reference_cases.json (made by the reference implementation)") {
   const auto& file = cases("reference_cases.json");
+  REQUIRE(file.at("encode").size() == 400);  // the loops below must not pass on a truncated file
+  REQUIRE(file.at("decode").size() == 200);
   for (const auto& c : file.at("encode")) {
     const std::string text = c.at("text");
     INFO("text: " << nlohmann::json(text).dump());
@@ -121,9 +123,9 @@ TEST_CASE("deepseek: invalid UTF-8 input is refused with its offset") {
 
 TEST_CASE("deepseek: unknown ids are refused by decode and the stream decoder") {
   CHECK_THROWS_WITH_AS((void)tokenizer().decode(Ids{19923, 128815}),
-                       "dsv32 [invalid_argument]: decode: token id 128815 at position 1 is out of range (vocab_size 128815)",
+                       "dsv32 [invalid_argument]: decode: token id 128815 at position 1 is outside the tokenizer's vocabulary [0, 128815)",
                        dsv32::Error);
-  CHECK_THROWS_WITH_AS((void)tokenizer().decode(Ids{-3}), doctest::Contains("token id -3 at position 0 is out of range"),
+  CHECK_THROWS_WITH_AS((void)tokenizer().decode(Ids{-3}), doctest::Contains("token id -3 at position 0 is outside the tokenizer's vocabulary [0, 128815)"),
                        dsv32::Error);
   auto decoder = tokenizer().stream_decoder();
   CHECK(decoder.push(28927).empty());
@@ -133,6 +135,7 @@ TEST_CASE("deepseek: unknown ids are refused by decode and the stream decoder") 
 
 TEST_CASE("deepseek: concurrent encoding from several threads gives the same ids") {
   const auto& all = cases("reference_cases.json").at("encode");
+  REQUIRE(all.size() == 400);
   std::vector<std::thread> threads;
   std::vector<int> mismatches(4, 0);
   for (int t = 0; t < 4; ++t) {

@@ -1,8 +1,12 @@
 # Installs dsv32 into a scratch prefix, then configures, builds (-Wall -Wextra -Werror) and runs
 # examples/embed against it, as a user's project would: nothing but find_package(dsv32).
 # Runs the example with its own config (random weights) and with a golden checkpoint.
-# Variables: SOURCE_DIR, WORK_DIR, GENERATOR, BUILD_TYPE.
-file(REMOVE_RECURSE "${WORK_DIR}")
+# Variables: SOURCE_DIR, WORK_DIR, GENERATOR, BUILD_TYPE; PART: "core" (install, build, run) or
+# "tokenizer" (run the built example with text in and out: a second ctest, after the first);
+# EXPECT_TOKENIZER: whether the tested build has the tokenizer component (1 or 0).
+if(NOT PART)
+  set(PART core)
+endif()
 set(prefix "${WORK_DIR}/prefix")
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -17,6 +21,33 @@ function(expect output regex)
   endif()
 endfunction()
 
+string(REPEAT " [0-9]+" 8 eight_tokens)  # CMake's regex has no {n}
+
+if(PART STREQUAL "tokenizer")
+  # With the tokenizer component (installed with dsv32 when PCRE2 is present): text in, text out.
+  file(GLOB_RECURSE tokenizer_targets "${prefix}/*/dsv32TokenizerTargets.cmake")
+  if(NOT EXISTS "${WORK_DIR}/embed/embed")
+    message(FATAL_ERROR "no built example in ${WORK_DIR}/embed: dsv32_embed_example (which builds it) failed")
+  endif()
+  if(NOT tokenizer_targets)
+    if(EXPECT_TOKENIZER)
+      message(FATAL_ERROR "this build has the tokenizer component but the installed package lacks dsv32TokenizerTargets.cmake")
+    endif()
+    message("dsv32_embed_example_tokenizer: SKIPPED: this build has no tokenizer component (PCRE2 missing or "
+            "DSV32_BUILD_TOKENIZER=OFF), so the example's text mode was not tested")
+    return()
+  endif()
+  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3_2_exp" "What is 2+2?")
+  message(STATUS "embed with tokenizer: ${out}")
+  # DeepSeek-V3.2-Exp's template: bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>, </think>
+  expect("${out}" "^my-small-moe:.*\n11 prompt tokens, [0-9]+ generated")
+  # DeepSeek-V3's: bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>
+  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3" "What is 2+2?")
+  expect("${out}" "^my-small-moe:.*\n10 prompt tokens, [0-9]+ generated")
+  return()
+endif()
+
+file(REMOVE_RECURSE "${WORK_DIR}")
 run("${CMAKE_COMMAND}" -S "${SOURCE_DIR}" -B "${WORK_DIR}/dsv32" -G "${GENERATOR}"
     -DCMAKE_INSTALL_PREFIX=${prefix} -DDSV32_BUILD_TESTS=OFF -DDSV32_BUILD_EXAMPLES=OFF
     -DDSV32_BUILD_BENCHMARKS=OFF -DDSV32_INSTALL=ON)
@@ -28,22 +59,12 @@ run("${CMAKE_COMMAND}" -S "${SOURCE_DIR}/examples/embed" -B "${WORK_DIR}/embed" 
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=${BUILD_TYPE} "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror")
 run("${CMAKE_COMMAND}" --build "${WORK_DIR}/embed")
 
-string(REPEAT " [0-9]+" 8 eight_tokens)  # CMake's regex has no {n}
 run("${WORK_DIR}/embed/embed")
 message(STATUS "embed: ${out}")
 expect("${out}" "^my-small-moe:${eight_tokens}\n5 prompt tokens, 8 generated, [0-9.]+ tokens/s\n$")
 run("${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_bf16")
 message(STATUS "embed tiny_bf16: ${out}")
 expect("${out}" "^tiny_bf16:${eight_tokens}\n5 prompt tokens, 8 generated")
-
-# With the tokenizer component (installed with dsv32 when PCRE2 is present): text in, text out.
-file(GLOB_RECURSE tokenizer_targets "${prefix}/*/dsv32TokenizerTargets.cmake")
-if(tokenizer_targets)
-  run("${WORK_DIR}/embed/embed" --tokenizer "${SOURCE_DIR}/tests/data/tokenizer/deepseek_v3" "What is 2+2?")
-  message(STATUS "embed with tokenizer: ${out}")
-  # bos, <｜User｜>, the question's 7 tokens, <｜Assistant｜>: 10 prompt tokens
-  expect("${out}" "^my-small-moe:.*\n10 prompt tokens, [0-9]+ generated")
-endif()
 
 # A checkpoint no compiled config matches is refused with dsv32::Error's message, exit status 1.
 execute_process(COMMAND "${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_fp8_plain_scale"

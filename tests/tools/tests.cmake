@@ -10,7 +10,7 @@ if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(dsv32_make_test_checkpoint PRIVATE -Wall -Wextra -Wpedantic)
 endif()
 
-set(_dsv32_inspect_cases preset_671b config_tiny_bf16 config_custom arithmetic_matches_compiled checkpoint_complete
+set(_dsv32_inspect_cases preset_671b config_tiny_bf16 config_custom per_rank checkpoint_complete
     checkpoint_damaged bad_arguments checkpoint_hf)
 foreach(case IN LISTS _dsv32_inspect_cases)
   add_test(NAME dsv32_inspect_${case}
@@ -19,16 +19,35 @@ foreach(case IN LISTS _dsv32_inspect_cases)
                    -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/inspect/${case}
                    -P "${CMAKE_CURRENT_LIST_DIR}/inspect_test.cmake")
 endforeach()
-# The quick single-regex form of the headline numbers, for anyone grepping the test list.
-add_test(NAME dsv32_inspect_671b_counts COMMAND dsv32-inspect --preset deepseek-v3.2-exp-671b)
-set_tests_properties(dsv32_inspect_671b_counts PROPERTIES
-  PASS_REGULAR_EXPRESSION "total +671,877,944,064\n +activated per token +38,403,822,336")
+# The quick single-regex form of the headline numbers, for anyone grepping the test list (exit
+# status checked too: a PASS_REGULAR_EXPRESSION alone would ignore it).
+add_test(NAME dsv32_inspect_671b_counts
+         COMMAND "${CMAKE_COMMAND}" "-DCOMMAND=$<TARGET_FILE:dsv32-inspect>|--preset|deepseek-v3.2-exp-671b" -DRC=0
+                 "-DSTDOUT=total +671,877,944,064\n +activated per token +38,403,822,336"
+                 -P "${PROJECT_SOURCE_DIR}/tests/support/expect_run.cmake")
 
-# examples/embed, built as a user's project against dsv32 installed into a scratch prefix.
-add_test(NAME dsv32_embed_example
-         COMMAND "${CMAKE_COMMAND}"
-                 -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
-                 -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/embed
-                 -DGENERATOR=${CMAKE_GENERATOR}
-                 -DBUILD_TYPE=${CMAKE_BUILD_TYPE}
-                 -P "${CMAKE_CURRENT_LIST_DIR}/run_embed_test.cmake")
+# examples/embed, built as a user's project against dsv32 installed into a scratch prefix; then its
+# text mode, which reports SKIP (not a pass) where this build has no tokenizer component.
+if(TARGET dsv32_tokenizer)
+  set(_dsv32_has_tokenizer 1)
+else()
+  set(_dsv32_has_tokenizer 0)
+endif()
+foreach(part core tokenizer)
+  set(name dsv32_embed_example)
+  if(part STREQUAL "tokenizer")
+    set(name dsv32_embed_example_tokenizer)
+  endif()
+  add_test(NAME ${name}
+           COMMAND "${CMAKE_COMMAND}"
+                   -DSOURCE_DIR=${PROJECT_SOURCE_DIR}
+                   -DWORK_DIR=${CMAKE_CURRENT_BINARY_DIR}/embed
+                   -DGENERATOR=${CMAKE_GENERATOR}
+                   -DBUILD_TYPE=${CMAKE_BUILD_TYPE}
+                   -DPART=${part} -DEXPECT_TOKENIZER=${_dsv32_has_tokenizer}
+                   -P "${CMAKE_CURRENT_LIST_DIR}/run_embed_test.cmake")
+endforeach()
+set_tests_properties(dsv32_embed_example PROPERTIES FIXTURES_SETUP dsv32_embed)
+set_tests_properties(dsv32_embed_example_tokenizer PROPERTIES FIXTURES_REQUIRED dsv32_embed
+                     SKIP_REGULAR_EXPRESSION "dsv32_embed_example_tokenizer: SKIPPED:")
+unset(_dsv32_has_tokenizer)

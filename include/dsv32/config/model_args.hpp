@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -17,6 +19,7 @@
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/runtime_options.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/json.hpp"
 
 namespace dsv32 {
 
@@ -92,10 +95,45 @@ struct ModelArgs {
     return a;
   }
 
+  /// \brief Largest value validate() accepts for any shape field (16,777,216; the released model's
+  ///        largest is vocab_size 129,280). Products of a few fields then stay inside 64 bits.
+  static constexpr std::int64_t kMaxShapeField = std::int64_t{1} << 24;
+  /// \brief Most parameters validate() accepts (2^50, about 1.1e15: 1,700 times the released
+  ///        model), so that count_params() and the memory plan compute without overflow.
+  static constexpr double kMaxParameters = 1125899906842624.0;
+
+  /// \brief An upper bound of count_params(a).total computed in floating point, so that it cannot
+  ///        overflow whatever the fields hold: every product count_params() forms is at most this.
+  static constexpr double parameter_bound(const ModelArgs& a) noexcept {
+    auto d = [](std::int64_t v) { return static_cast<double>(v < 0 ? -v : v); };
+    const double dim = d(a.dim), layers = d(a.n_layers), heads = d(a.n_heads), q = d(a.q_lora_rank);
+    const double kv = d(a.kv_lora_rank), nope = d(a.qk_nope_head_dim), rope = d(a.qk_rope_head_dim);
+    const double v = d(a.v_head_dim), ih = d(a.index_n_heads), id = d(a.index_head_dim);
+    const double indexer = q * ih * id + dim * id + 2 * id + dim * ih;
+    const double attention = dim * q + q + q * heads * (nope + rope) + dim * (kv + rope) + kv + kv * heads * (nope + v) +
+                             heads * v * dim + indexer + 2 * dim;
+    const double expert = 3 * dim * d(a.moe_inter_dim);
+    const double moe = d(a.n_routed_experts) * dim + d(a.n_routed_experts) +
+                       (d(a.n_routed_experts) + d(a.n_shared_experts) + d(a.n_activated_experts)) * expert;
+    return 2 * d(a.vocab_size) * dim + dim + layers * (attention + 3 * dim * d(a.inter_dim) + moe);
+  }
+
   /// \brief Throws an Error naming the first invariant a runtime config violates (the runtime twin of
-  ///        ConfigCheck, for configs read from files rather than compiled in).
+  ///        ConfigCheck, for configs read from files rather than compiled in), or a field beyond the
+  ///        limits above (kMaxShapeField, kMaxParameters).
   void validate(const std::string& source = "config") const {
     auto need = [&](bool ok, const char* what) { DSV32_CHECK(ok, invalid_config, source, ": ", what); };
+    visit_fields([&](const char* key, auto... member) {
+      if constexpr (sizeof...(member) == 1) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(field(*this, member...))>, std::int64_t>) {
+          const std::int64_t value = field(*this, member...);
+          DSV32_CHECK(value <= kMaxShapeField, invalid_config, source, ": ", key, " is ", value, ", more than the ",
+                      kMaxShapeField, " dsv32 accepts for a shape field");
+        }
+      }
+    });
+    DSV32_CHECK(parameter_bound(*this) <= kMaxParameters, invalid_config, source, ": the config describes about ",
+                parameter_bound(*this), " parameters, more than the ", kMaxParameters, " dsv32 accepts");
     need(vocab_size > 0 && dim > 0 && inter_dim > 0 && moe_inter_dim > 0 && n_layers > 0 && n_heads > 0,
          "vocab_size, dim, inter_dim, moe_inter_dim, n_layers and n_heads must be > 0");
     need(n_dense_layers >= 0 && n_dense_layers <= n_layers, "n_dense_layers must be in [0, n_layers]");
@@ -187,17 +225,14 @@ struct ModelArgs {
     return a;
   }
 
-  /// \brief Reads and parses a config.json file.
+  /// \brief Reads and parses a config.json file (strictly: a key given twice or nesting deeper than
+  ///        kMaxJsonDepth is an error, see parse_json_strict()).
+  /// \throws Error(io) if it cannot be read; Error(invalid_config) as from_json() or for bad JSON.
   static ModelArgs from_file(const std::filesystem::path& path) {
-    std::ifstream in(path);
+    std::ifstream in(path, std::ios::binary);
     DSV32_CHECK(in.good(), io, "cannot open config file ", path.string());
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail(ErrorKind::invalid_config, path.string(), ": not valid JSON: ", e.what());
-    }
-    return from_json(j, path.string());
+    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    return from_json(parse_json_strict(text, path.string(), ErrorKind::invalid_config), path.string());
   }
 
   /// \brief The fields (shape fields, not runtime options) whose values differ from config `C`,
@@ -316,47 +351,6 @@ struct ModelArgs {
     }
   }
 };
-
-/// \brief Parameter counts, matching how the released model is counted: every weight, bias and norm of
-///        the main model with its indexer; no FP8 scales, no multi-token-prediction layer.
-struct ParamCounts {
-  std::int64_t embedding = 0;     ///< vocab_size x dim
-  std::int64_t head = 0;          ///< vocab_size x dim
-  std::int64_t attention = 0;     ///< one layer's MLA with its indexer and the block's two norms
-  std::int64_t indexer = 0;       ///< one layer's indexer (included in attention)
-  std::int64_t dense_mlp = 0;     ///< one dense layer's MLP
-  std::int64_t expert = 0;        ///< one routed or shared expert
-  std::int64_t gate = 0;          ///< one MoE layer's gate (with its bias)
-  std::int64_t total = 0;         ///< the whole model
-  std::int64_t activated = 0;     ///< what one token touches: all but the unchosen routed experts
-};
-
-/// \brief Counts the parameters of a config.
-constexpr ParamCounts count_params(const ModelArgs& a) {
-  ParamCounts p;
-  const std::int64_t qk_head = a.qk_nope_head_dim + a.qk_rope_head_dim;
-  p.embedding = a.vocab_size * a.dim;
-  p.head = a.vocab_size * a.dim;
-  p.indexer = a.q_lora_rank * a.index_n_heads * a.index_head_dim + a.dim * a.index_head_dim +
-              2 * a.index_head_dim + a.dim * a.index_n_heads;
-  p.attention = a.dim * a.q_lora_rank + a.q_lora_rank + a.q_lora_rank * a.n_heads * qk_head +
-                a.dim * (a.kv_lora_rank + a.qk_rope_head_dim) + a.kv_lora_rank +
-                a.kv_lora_rank * a.n_heads * (a.qk_nope_head_dim + a.v_head_dim) + a.n_heads * a.v_head_dim * a.dim +
-                p.indexer + 2 * a.dim;
-  p.dense_mlp = 3 * a.dim * a.inter_dim;
-  p.expert = 3 * a.dim * a.moe_inter_dim;
-  p.gate = a.n_routed_experts * a.dim + (a.resolved_gate_bias() ? a.n_routed_experts : 0);
-  const std::int64_t moe_layers = a.n_layers - a.n_dense_layers;
-  const std::int64_t common = p.embedding + p.head + a.dim + a.n_layers * p.attention + a.n_dense_layers * p.dense_mlp;
-  p.total = common + moe_layers * (p.gate + (a.n_routed_experts + a.n_shared_experts) * p.expert);
-  p.activated = common + moe_layers * (p.gate + (a.n_activated_experts + a.n_shared_experts) * p.expert);
-  return p;
-}
-
-/// \brief Parameter counts of compile-time config `C`, as a constant expression.
-/// \tparam C a compile-time config
-template <class C>
-inline constexpr ParamCounts param_counts = count_params(ModelArgs::of<C>());
 
 /// @}
 

@@ -26,20 +26,48 @@ struct RuntimeOptions {
   std::int64_t beta_slow = 1;           ///< YaRN: pairs turning less often than this are fully divided by rope_factor
   double mscale = 1.0;                  ///< YaRN softmax correction (HF `mscale_all_dim`); see mla_softmax_scale()
 
+  /// Tokens per sequence one forward pass computes at once; 0 means max_seq_len (any call in one
+  /// pass). Longer calls are split into consecutive passes of this many tokens (chunked prefill, equal
+  /// to the one-shot result to about 1e-6 relative). Scratch memory is sized by max_batch_size times
+  /// this, so a smaller value bounds a long prompt's working memory. A dsv32 option, not in config.json.
+  std::int64_t max_tokens_per_call = 0;
+
+  /// \brief max_tokens_per_call with 0 resolved: the tokens per sequence of one forward pass.
+  std::int64_t tokens_per_call() const noexcept {
+    return max_tokens_per_call > 0 && max_tokens_per_call < max_seq_len ? max_tokens_per_call : max_seq_len;
+  }
+
+  /// \brief Largest max_batch_size validate() accepts.
+  static constexpr std::int64_t kMaxBatchSize = std::int64_t{1} << 16;
+  /// \brief Largest max_seq_len (and original_seq_len, beta_fast, beta_slow) validate() accepts:
+  ///        16,777,216 positions, 100 times the released model's 163,840.
+  static constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 24;
+  /// \brief Largest max_batch_size x max_seq_len validate() accepts: cache sizes (this times the
+  ///        bytes per position) then stay far inside 64-bit arithmetic.
+  static constexpr std::int64_t kMaxCachedPositions = std::int64_t{1} << 32;
+
   /// \brief Whether YaRN frequency correction and the mscale softmax correction apply.
   bool yarn() const noexcept { return max_seq_len > original_seq_len; }
 
-  /// \brief Throws an Error naming the first option out of range.
+  /// \brief Throws an Error naming the first option out of range (the limits above included: the
+  ///        options may come from an untrusted config.json).
   /// \param source where the options came from, for the message
   void validate(const std::string& source = "runtime options") const {
-    DSV32_CHECK(max_batch_size >= 1, invalid_config, source, ": max_batch_size must be >= 1, got ", max_batch_size);
-    DSV32_CHECK(max_seq_len >= 1, invalid_config, source, ": max_seq_len must be >= 1, got ", max_seq_len);
-    DSV32_CHECK(original_seq_len >= 1, invalid_config, source, ": original_seq_len must be >= 1, got ", original_seq_len);
+    DSV32_CHECK(max_batch_size >= 1 && max_batch_size <= kMaxBatchSize, invalid_config, source,
+                ": max_batch_size must be in [1, ", kMaxBatchSize, "], got ", max_batch_size);
+    DSV32_CHECK(max_seq_len >= 1 && max_seq_len <= kMaxSeqLen, invalid_config, source, ": max_seq_len must be in [1, ",
+                kMaxSeqLen, "], got ", max_seq_len);
+    DSV32_CHECK(max_batch_size * max_seq_len <= kMaxCachedPositions, invalid_config, source, ": max_batch_size x max_seq_len = ",
+                max_batch_size * max_seq_len, " cached positions, more than the ", kMaxCachedPositions, " accepted");
+    DSV32_CHECK(original_seq_len >= 1 && original_seq_len <= kMaxSeqLen, invalid_config, source,
+                ": original_seq_len must be in [1, ", kMaxSeqLen, "], got ", original_seq_len);
+    DSV32_CHECK(max_tokens_per_call >= 0, invalid_config, source, ": max_tokens_per_call must be >= 0 (0: max_seq_len), got ",
+                max_tokens_per_call);
     DSV32_CHECK(rope_theta > 1.0 && std::isfinite(rope_theta), invalid_config, source, ": rope_theta must be > 1, got ", rope_theta);
     DSV32_CHECK(rope_factor > 0.0 && std::isfinite(rope_factor), invalid_config, source, ": rope_factor must be > 0, got ",
                 rope_factor);
-    DSV32_CHECK(beta_fast > 0 && beta_slow > 0, invalid_config, source, ": beta_fast and beta_slow must be > 0, got ",
-                beta_fast, " and ", beta_slow);
+    DSV32_CHECK(beta_fast > 0 && beta_slow > 0 && beta_fast <= kMaxSeqLen && beta_slow <= kMaxSeqLen, invalid_config,
+                source, ": beta_fast and beta_slow must be in [1, ", kMaxSeqLen, "], got ", beta_fast, " and ", beta_slow);
     DSV32_CHECK(std::isfinite(mscale), invalid_config, source, ": mscale must be finite");
   }
 };

@@ -26,6 +26,7 @@ enum class ErrorKind {
   io,                ///< the operating system refused an operation (open, mmap, write)
   unsupported,       ///< valid input that this build cannot handle (e.g. no CUDA device)
   state,             ///< the object is not ready for the call (e.g. weights not loaded)
+  out_of_memory,     ///< a memory plan larger than what the backend's memory has available
 };
 
 /// \brief Name of an ErrorKind as printed in messages.
@@ -37,6 +38,7 @@ inline const char* to_string(ErrorKind k) noexcept {
     case ErrorKind::io: return "io";
     case ErrorKind::unsupported: return "unsupported";
     case ErrorKind::state: return "state";
+    case ErrorKind::out_of_memory: return "out_of_memory";
   }
   return "unknown";
 }

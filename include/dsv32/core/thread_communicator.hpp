@@ -3,7 +3,7 @@
 ///        of one process (tests, and embedders that split a model over the cores or memory of one host).
 ///
 /// \code
-/// auto comms = dsv32::ThreadCommunicator::group(2);          // one handle per rank
+/// auto comms = dsv32::ThreadCommunicator<dsv32::Cpu>::group(2);   // one handle per rank
 /// std::vector<std::thread> threads;
 /// for (int r = 0; r < 2; ++r)
 ///   threads.emplace_back([&, r] {
@@ -15,7 +15,11 @@
 ///
 /// Collectives are synchronous: every rank of the group must make the same sequence of calls with
 /// the same sizes (as with NCCL or MPI). Results are deterministic: all_reduce_sum adds the ranks'
-/// values in rank order 0, 1, ..., world - 1, the same on every rank and from run to run.
+/// values in rank order 0, 1, ..., world - 1 in f32, the same on every rank and from run to run.
+///
+/// The ranks exchange host buffers. On a backend whose memory the host can read (Cpu) those are the
+/// callers' own buffers; on any other backend each rank stages its buffer through host memory (one
+/// copy down and one up per collective, each followed by a synchronization of the rank's context).
 ///
 /// A rank that fails (throws) between collectives would leave the others waiting forever; call
 /// abort() on any handle of the group (e.g. from the failing thread's catch block) and every
@@ -26,6 +30,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -43,7 +48,12 @@ namespace dsv32 {
 /// Create the handles of a group with group(world); hand handle r to the thread running rank r
 /// (Parallel::from(handle)). Handles are cheap to copy and share the group's state; the state lives
 /// until the last handle is destroyed. One handle must be used by one thread at a time.
-class ThreadCommunicator : public Communicator {
+/// \tparam Backend the backend of the models whose ranks it connects
+template <class Backend = Cpu>
+class ThreadCommunicator : public Communicator<Backend> {
+  using space = space_of<Backend>;
+  static constexpr bool kHostVisible = Memory<Backend>::host_visible;
+
  public:
   /// \brief The `world` handles of a new group, handle r being rank r.
   /// \throws Error(invalid_argument) unless world >= 1.
@@ -59,47 +69,63 @@ class ThreadCommunicator : public Communicator {
   int world_size() const override { return state_->world; }
   int rank() const override { return rank_; }
 
-  /// \brief Element-wise sum of every rank's `data[0, n)`, written to every rank's `data`.
+  /// \brief Element-wise sum of every rank's `data`, written to every rank's `data`.
   ///
   /// Each rank sums one contiguous chunk of the elements over all ranks (in rank order) and writes
   /// that chunk into every rank's buffer, so the work is spread and every rank gets bit-identical
   /// results. Three barriers: buffers published, chunks summed, results written.
-  /// \throws Error(invalid_argument) on every rank if the ranks pass different n;
+  /// \throws Error(invalid_argument) on every rank if the ranks pass different sizes;
   ///         Error(state) if the group was aborted.
-  void all_reduce_sum(float* data, std::size_t n) override {
-    State& s = *state_;
-    const int world = s.world;
-    s.buffers[static_cast<std::size_t>(rank_)] = data;
-    s.sizes[static_cast<std::size_t>(rank_)] = n;
-    s.wait("all_reduce_sum");
-    check_sizes("all_reduce_sum", n);
-    const std::size_t chunk = (n + static_cast<std::size_t>(world) - 1) / static_cast<std::size_t>(world);
-    const std::size_t lo = std::min(n, chunk * static_cast<std::size_t>(rank_)), hi = std::min(n, lo + chunk);
-    std::vector<float> sum(hi - lo, 0.0f);
-    for (int r = 0; r < world; ++r) {
-      const float* src = static_cast<const float*>(s.buffers[static_cast<std::size_t>(r)]);
-      for (std::size_t i = lo; i < hi; ++i) sum[i - lo] += src[i];
-    }
-    s.wait("all_reduce_sum");  // every chunk is summed: nobody reads the inputs any more
-    for (int r = 0; r < world; ++r)
-      std::copy(sum.begin(), sum.end(), static_cast<float*>(s.buffers[static_cast<std::size_t>(r)]) + lo);
-    s.wait("all_reduce_sum");  // every chunk is written everywhere
+  void all_reduce_sum(ExecutionContext<Backend>& ctx, VectorView<float, space> data) override {
+    float* host = stage_down(ctx, data.data, data.size);
+    reduce_host(host, static_cast<std::size_t>(data.size));
+    stage_up(ctx, data.data, host, data.size);
   }
-
-  /// \brief Concatenates every rank's `local[0, n)` in rank order into this rank's `out[0, world * n)`.
-  /// \throws Error(invalid_argument) on every rank if the ranks pass different n;
-  ///         Error(state) if the group was aborted.
-  void all_gather(const float* local, std::size_t n, float* out) override {
+  /// \brief The bf16 sum: every rank's values widened to f32, summed as the f32 overload does, then
+  ///        rounded to bf16 once.
+  void all_reduce_sum(ExecutionContext<Backend>& ctx, VectorView<bf16, space> data) override {
+    const std::size_t n = static_cast<std::size_t>(data.size);
+    wide_.resize(n);
+    bf16* narrow = stage_down(ctx, data.data, data.size);
+    for (std::size_t i = 0; i < n; ++i) wide_[i] = static_cast<float>(narrow[i]);
+    reduce_host(wide_.data(), n);
+    for (std::size_t i = 0; i < n; ++i) narrow[i] = bf16(wide_[i]);
+    stage_up(ctx, data.data, narrow, data.size);
+  }
+  /// \brief Concatenates every rank's `local` in rank order into this rank's `out`.
+  /// \throws Error(invalid_argument) on every rank if the ranks pass different sizes or `out` is not
+  ///         world_size() times `local`; Error(state) if the group was aborted.
+  void all_gather(ExecutionContext<Backend>& ctx, VectorView<const float, space> local,
+                  VectorView<float, space> out) override {
+    const std::size_t n = static_cast<std::size_t>(local.size);
+    DSV32_CHECK(out.size == local.size * state_->world, invalid_argument, "ThreadCommunicator: all_gather of ",
+                local.size, " elements per rank needs an output of ", local.size * state_->world, ", got ", out.size);
+    const float* mine = stage_down(ctx, const_cast<float*>(local.data), local.size);
+    float* dst = host_out(out.data, out.size);
     State& s = *state_;
-    s.buffers[static_cast<std::size_t>(rank_)] = const_cast<float*>(local);
-    s.sizes[static_cast<std::size_t>(rank_)] = n;
-    s.wait("all_gather");
-    check_sizes("all_gather", n);
+    publish(const_cast<float*>(mine), n, "all_gather");
     for (int r = 0; r < s.world; ++r) {
       const float* src = static_cast<const float*>(s.buffers[static_cast<std::size_t>(r)]);
-      std::copy(src, src + n, out + static_cast<std::size_t>(r) * n);
+      std::copy(src, src + n, dst + static_cast<std::size_t>(r) * n);
     }
     s.wait("all_gather");  // nobody reads `local` any more: the caller may reuse it
+    stage_up(ctx, out.data, dst, out.size);
+  }
+  /// \brief Copies rank `root`'s `data` into every rank's `data`.
+  /// \throws Error(invalid_argument) for a root outside the group or different sizes; Error(state) if
+  ///         the group was aborted.
+  void broadcast(ExecutionContext<Backend>& ctx, VectorView<std::byte, space> data, int root) override {
+    DSV32_CHECK(root >= 0 && root < state_->world, invalid_argument, "ThreadCommunicator: broadcast root ", root,
+                " outside [0, ", state_->world, ")");
+    std::byte* host = stage_down(ctx, data.data, data.size);
+    State& s = *state_;
+    publish(host, static_cast<std::size_t>(data.size), "broadcast");
+    if (rank_ != root) {
+      const auto* src = static_cast<const std::byte*>(s.buffers[static_cast<std::size_t>(root)]);
+      std::copy(src, src + data.size, host);
+    }
+    s.wait("broadcast");  // the root's buffer is no longer read
+    stage_up(ctx, data.data, host, data.size);
   }
 
   /// \brief Makes every pending and future collective of the group throw Error(state), so that the
@@ -139,7 +165,7 @@ class ThreadCommunicator : public Communicator {
     }
 
     const int world;
-    std::vector<void*> buffers;       // per rank: the buffer of the collective in progress
+    std::vector<void*> buffers;       // per rank: the host buffer of the collective in progress
     std::vector<std::size_t> sizes;   // per rank: its element count
     mutable std::mutex mutex;
     std::condition_variable cv;
@@ -150,17 +176,73 @@ class ThreadCommunicator : public Communicator {
 
   ThreadCommunicator(std::shared_ptr<State> s, int rank) : state_(std::move(s)), rank_(rank) {}
 
-  // Every rank sees the same sizes after the first barrier, so every rank throws alike (and none
-  // is left waiting at the next barrier).
-  void check_sizes(const char* op, std::size_t n) const {
-    for (int r = 0; r < state_->world; ++r)
-      DSV32_CHECK(state_->sizes[static_cast<std::size_t>(r)] == n, invalid_argument, "ThreadCommunicator: ", op,
-                  ": rank ", rank_, " passed ", n, " elements but rank ", r, " passed ",
-                  state_->sizes[static_cast<std::size_t>(r)]);
+  // Publishes this rank's host buffer and size, waits for all, and checks that the sizes agree (every
+  // rank sees the same sizes after the barrier, so every rank throws alike and none is left waiting).
+  void publish(void* host, std::size_t n, const char* op) {
+    State& s = *state_;
+    s.buffers[static_cast<std::size_t>(rank_)] = host;
+    s.sizes[static_cast<std::size_t>(rank_)] = n;
+    s.wait(op);
+    for (int r = 0; r < s.world; ++r)
+      DSV32_CHECK(s.sizes[static_cast<std::size_t>(r)] == n, invalid_argument, "ThreadCommunicator: ", op, ": rank ",
+                  rank_, " passed ", n, " elements but rank ", r, " passed ", s.sizes[static_cast<std::size_t>(r)]);
+  }
+
+  // The f32 sum over the ranks' host buffers, in rank order, chunk by chunk.
+  void reduce_host(float* data, std::size_t n) {
+    State& s = *state_;
+    const std::size_t world = static_cast<std::size_t>(s.world);
+    publish(data, n, "all_reduce_sum");
+    const std::size_t chunk = (n + world - 1) / world;
+    const std::size_t lo = std::min(n, chunk * static_cast<std::size_t>(rank_)), hi = std::min(n, lo + chunk);
+    std::vector<float> sum(hi - lo, 0.0f);
+    for (std::size_t r = 0; r < world; ++r) {
+      const float* src = static_cast<const float*>(s.buffers[r]);
+      for (std::size_t i = lo; i < hi; ++i) sum[i - lo] += src[i];
+    }
+    s.wait("all_reduce_sum");  // every chunk is summed: nobody reads the inputs any more
+    for (std::size_t r = 0; r < world; ++r) std::copy(sum.begin(), sum.end(), static_cast<float*>(s.buffers[r]) + lo);
+    s.wait("all_reduce_sum");  // every chunk is written everywhere
+  }
+
+  // A host copy of backend memory (the memory itself on a host-visible backend).
+  template <class T>
+  T* stage_down(ExecutionContext<Backend>& ctx, T* data, std::int64_t n) {
+    if constexpr (kHostVisible) {
+      (void)ctx, (void)n;
+      return data;
+    } else {
+      staging_.resize(static_cast<std::size_t>(n) * sizeof(T));
+      Memory<Backend>::copy_to_host_async(ctx, staging_.data(), data, staging_.size());
+      Memory<Backend>::synchronize(ctx);
+      return reinterpret_cast<T*>(staging_.data());
+    }
+  }
+  // Host memory for an output (the output itself on a host-visible backend).
+  float* host_out(float* data, std::int64_t n) {
+    if constexpr (kHostVisible) {
+      (void)n;
+      return data;
+    } else {
+      gathered_.resize(static_cast<std::size_t>(n));
+      return gathered_.data();
+    }
+  }
+  // Writes a host result back to backend memory (nothing to do on a host-visible backend).
+  template <class T>
+  void stage_up(ExecutionContext<Backend>& ctx, T* data, const T* host, std::int64_t n) {
+    if constexpr (!kHostVisible) {
+      Memory<Backend>::copy_from_host_async(ctx, data, host, static_cast<std::size_t>(n) * sizeof(T));
+      Memory<Backend>::synchronize(ctx);
+    } else {
+      (void)ctx, (void)data, (void)host, (void)n;
+    }
   }
 
   std::shared_ptr<State> state_;
   int rank_ = 0;
+  std::vector<std::byte> staging_;  // host copies of backend buffers (non-host-visible backends)
+  std::vector<float> gathered_, wide_;
 };
 
 /// @}

@@ -117,7 +117,7 @@ inline ShardPlan plan_model_parallel_shards(const HfCheckpointSource& source, in
           break;
         }
         const std::int64_t local = t.shape[static_cast<std::size_t>(d)] / world;
-        const bool fp8_weight = name.ends_with(".weight") && t.dtype == DType::F8_E4M3;
+        const bool fp8_weight = t.dtype == DType::F8_E4M3;  // its block scales are F32
         if (fp8_weight && local % kBlockSize != 0) {
           problem(where, ": each rank's ", local, " along dimension ", d, " is not a whole number of ", kBlockSize,
                   "-blocks, so ranks would share FP8 block scales");

@@ -31,7 +31,9 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv32/config/model_args.hpp"
+#include "dsv32/config/tensor_table.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/json.hpp"
 #include "dsv32/io/safetensors.hpp"
 #include "dsv32/io/tensor_source.hpp"
 
@@ -42,36 +44,10 @@ namespace dsv32 {
 
 namespace detail {
 
-/// Reads a JSON file, refusing duplicate keys at any depth (nlohmann::json would silently keep one of
-/// two) and nesting deeper than 64. A file that cannot be opened throws Error(io); a malformed one
-/// Error(`malformed`) naming the file.
+/// Reads a JSON file strictly (read_json_file_strict(): no duplicate key, nesting at most 64 deep);
+/// a file that cannot be opened throws Error(io), a malformed one Error(`malformed`) naming the file.
 inline nlohmann::json read_json_file(const std::filesystem::path& path, ErrorKind malformed) {
-  std::error_code ec;
-  DSV32_CHECK(std::filesystem::is_regular_file(path, ec), io, "cannot read ", path.string(), ": ",
-              std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
-  std::ifstream in(path, std::ios::binary);
-  DSV32_CHECK(in.good(), io, "cannot open ", path.string());
-  const std::string text{std::istreambuf_iterator<char>(in), {}};
-  using nlohmann::json;
-  std::vector<std::set<std::string>> open_objects;
-  const json::parser_callback_t check = [&](int depth, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start || event == json::parse_event_t::array_start) {
-      if (depth >= 64) fail(malformed, path.string(), ": JSON nested deeper than 64 levels");
-      if (event == json::parse_event_t::object_start) open_objects.emplace_back();
-    } else if (event == json::parse_event_t::key) {
-      const auto& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second)
-        fail(malformed, path.string(), ": key ", quoted(key), " appears twice in one JSON object");
-    } else if (event == json::parse_event_t::object_end) {
-      open_objects.pop_back();
-    }
-    return true;
-  };
-  try {
-    return json::parse(text, check, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::exception& e) {
-    fail(malformed, path.string(), ": not valid JSON: ", e.what());
-  }
+  return read_json_file_strict(path, malformed);
 }
 
 // Reads the fields of a Hugging Face config object, remembering which keys were read so that the
@@ -479,22 +455,6 @@ inline nlohmann::json to_reference_config(const ModelArgs& a) {
   return j;
 }
 
-/// \brief How the reference's convert.py distributes a tensor over model-parallel ranks.
-enum class ShardKind {
-  replicated,  ///< every rank holds the whole tensor
-  split,       ///< each rank holds a 1/world slice along TensorSharding::dim
-  by_expert,   ///< routed-expert tensors: rank r holds experts [r E / world, (r + 1) E / world) whole
-};
-
-/// \brief Where a tensor goes in model-parallel shards.
-struct TensorSharding {
-  ShardKind kind = ShardKind::replicated;  ///< replicated, split along dim, or by expert
-  int dim = -1;  ///< the dimension split (ShardKind::split only); an FP8 `.scale` splits like its weight
-
-  /// \brief Same kind and dimension.
-  friend bool operator==(const TensorSharding&, const TensorSharding&) = default;
-};
-
 /// \brief A tensor name resolved by the name table: the other naming, the layer and expert indices
 ///        it carries (-1 if none) and its sharding.
 struct TensorNameMatch {
@@ -534,48 +494,23 @@ inline bool parse_index(std::string_view s, std::int64_t& v) {
   return true;
 }
 
-// The one table of tensor names: Hugging Face name, dsv32 name (the reference's converted naming) and
-// how convert.py shards it. Loading, converting, writing and the docs' table all follow it.
+// The name rules, read off the tensor table (config/tensor_table.hpp): every distinct tensor's
+// Hugging Face and dsv32 name patterns (`{L}` a layer, `{E}` a routed expert) with its sharding. The
+// table is walked in pattern mode for a config that has every kind of tensor (dense and MoE layers,
+// FP8 scales, a gate bias, shared experts), so the rules cover any DeepSeek-V3.2 checkpoint.
 inline const std::vector<NameRule>& name_rules() {
   static const std::vector<NameRule> rules = [] {
+    ModelArgs every_kind;  // the reference's defaults, made to hold every kind of tensor
+    every_kind.n_layers = 2;
+    every_kind.n_dense_layers = 1;
+    every_kind.n_shared_experts = 1;
+    every_kind.dtype = WeightDType::fp8;
+    every_kind.gate_bias = true;
     std::vector<NameRule> r;
-    const TensorSharding whole{}, rows{ShardKind::split, 0}, cols{ShardKind::split, 1}, expert{ShardKind::by_expert, -1};
-    auto plain = [&](const std::string& hf, const std::string& ds, TensorSharding sh) {
-      r.push_back({split_name(hf), split_name(ds), sh});
-    };
-    auto linear = [&](const std::string& hf, const std::string& ds, TensorSharding sh) {
-      plain(hf + ".weight", ds + ".weight", sh);
-      plain(hf + ".weight_scale_inv", ds + ".scale", sh);  // FP8 block scales split like their weight
-    };
-    plain("model.embed_tokens.weight", "embed.weight", rows);
-    plain("model.norm.weight", "norm.weight", whole);
-    plain("lm_head.weight", "head.weight", rows);
-    const std::string L = "model.layers.{L}.", D = "layers.{L}.";
-    plain(L + "input_layernorm.weight", D + "attn_norm.weight", whole);
-    plain(L + "post_attention_layernorm.weight", D + "ffn_norm.weight", whole);
-    const std::string A = L + "self_attn.", DA = D + "attn.";
-    linear(A + "q_proj", DA + "wq", rows);  // models without a query latent (dsv32 does not load them)
-    linear(A + "q_a_proj", DA + "wq_a", whole);
-    plain(A + "q_a_layernorm.weight", DA + "q_norm.weight", whole);
-    linear(A + "q_b_proj", DA + "wq_b", rows);
-    linear(A + "kv_a_proj_with_mqa", DA + "wkv_a", whole);
-    plain(A + "kv_a_layernorm.weight", DA + "kv_norm.weight", whole);
-    linear(A + "kv_b_proj", DA + "wkv_b", rows);
-    linear(A + "o_proj", DA + "wo", cols);
-    for (const char* m : {"wq_b", "wk", "weights_proj"})  // the indexer is replicated on every rank
-      linear(A + "indexer." + m, DA + "indexer." + m, whole);
-    plain(A + "indexer.k_norm.weight", DA + "indexer.k_norm.weight", whole);
-    plain(A + "indexer.k_norm.bias", DA + "indexer.k_norm.bias", whole);
-    const std::string M = L + "mlp.", DM = D + "ffn.";
-    for (const auto& [hf, ds, in, out] :
-         {std::tuple{M, DM, rows, cols}, std::tuple{M + "shared_experts.", DM + "shared_experts.", rows, cols},
-          std::tuple{M + "experts.{E}.", DM + "experts.{E}.", expert, expert}}) {
-      linear(hf + "gate_proj", ds + "w1", in);
-      linear(hf + "down_proj", ds + "w2", out);
-      linear(hf + "up_proj", ds + "w3", in);
-    }
-    plain(M + "gate.weight", DM + "gate.weight", whole);
-    plain(M + "gate.e_score_correction_bias", DM + "gate.bias", whole);
+    std::set<std::string> seen;  // dense and MoE layers share their attention's rows
+    for_each_tensor(every_kind, [&](const TensorSpec& t) {
+      if (seen.insert(t.name()).second) r.push_back({split_name(t.hf_name()), split_name(t.name()), t.sharding});
+    }, TableMode::patterns);
     return r;
   }();
   return rules;

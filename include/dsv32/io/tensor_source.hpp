@@ -77,15 +77,22 @@ inline std::string origin_note(const TensorSource& source, const std::string& na
 /// \brief Options of a weight load.
 struct LoadOptions {
   /// Use weight bytes in place from the memory-mapped file when their dtype is the parameter's and
-  /// they are aligned (CPU backend): no copy, and the page cache holds the weights.
+  /// they are aligned (backends whose memory is host memory): no copy, and the page cache holds the
+  /// weights.
   bool borrow = true;
+  /// The pinned host buffer that copies to a device backend's memory are staged through (two halves):
+  /// with the mapped files, the most host memory a load holds.
+  std::size_t staging_bytes = std::size_t{64} << 20;
 };
 
 /// \brief Checks that `source` holds exactly the tensors `model` expects — each present, with a dtype
 ///        the parameter accepts and its exact shape, and nothing extra — then binds them all.
 ///
 /// Every problem found is listed (up to 20) in one Error(invalid_file) naming the tensors and the
-/// source; nothing is loaded unless everything checks, so no model is ever half-loaded.
+/// source; nothing is loaded unless everything checks, so no model is ever half-loaded. Weights are
+/// borrowed from the mapping where LoadOptions::borrow allows and the backend's memory is host memory;
+/// the rest go into the model's weight arena, converted (BF16 norms to F32) on the way, through a
+/// staging buffer of LoadOptions::staging_bytes on a device backend.
 /// \tparam Model a Transformer (anything with visit() and load_weights())
 template <class Model>
 void load_weights(Model& model, const TensorSource& source, const LoadOptions& opts = {}) {
@@ -121,17 +128,19 @@ void load_weights(Model& model, const TensorSource& source, const LoadOptions& o
     if (problems.size() > 20) os << "\n  ... and " << problems.size() - 20 << " more";
     fail(ErrorKind::invalid_file, os.str());
   }
-  model.load_weights([&](const std::string& name, Parameter<Backend>& p) {
-    const TensorInfo& t = *source.find(name);
-    const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0;
-    if constexpr (Memory<Backend>::host_visible) {
-      if (opts.borrow && t.dtype == p.dtype() && aligned && t.bytes() > 0) {
-        p.borrow(t.data, source.owner_of(t));
-        return;
-      }
-    }
-    p.convert_from_host(t.data, t.dtype);
-  });
+  model.load_weights(
+      [&](const Parameter<Backend>& p, std::shared_ptr<const void>& owner) -> const void* {
+        const TensorInfo& t = *source.find(p.name());
+        const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0;
+        if (!opts.borrow || t.dtype != p.dtype() || !aligned || t.bytes() == 0) return nullptr;
+        owner = source.owner_of(t);
+        return t.data;
+      },
+      [&](const Parameter<Backend>& p, WeightUploader<Backend>& uploader, void* dst) {
+        const TensorInfo& t = *source.find(p.name());
+        uploader.copy(dst, t.data, t.dtype, p.dtype(), static_cast<std::size_t>(p.numel()));
+      },
+      opts.staging_bytes);
 }
 
 /// \brief The reference's file name of a model-parallel shard: `model{rank}-mp{world}.safetensors`.

@@ -17,34 +17,49 @@ namespace dsv32 {
 /// \addtogroup layers
 /// @{
 
+/// \brief The blocks' per-call temporaries (shared by all blocks).
+template <class Backend>
+struct BlockScratch {
+  Tensor<bf16, Backend> x;       ///< [T, dim] normalized input of the attention, then of the FFN
+  Tensor<bf16, Backend> attn;    ///< [T, dim] attention output
+  MlaScratch<Backend> mla;       ///< the attention's temporaries
+  MlpScratch<Backend> mlp;       ///< the dense MLP's temporaries
+  MoeScratch<Backend> moe;       ///< the MoE's temporaries
+
+  /// \brief Calls `r(tensor, elements)` with each buffer's largest size under `l`.
+  template <class R>
+  void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
+    r(x, elements(l.tokens(), a.dim));
+    r(attn, elements(l.tokens(), a.dim));
+    mla.reserve(r, a, l);
+    if (a.n_dense_layers > 0) mlp.reserve(r, a, l);
+    if (a.n_layers > a.n_dense_layers) moe.reserve(r, a, l);
+  }
+};
+
 /// \brief One transformer block: x = attn_norm(h, residual); a = MLA(x); x = ffn_norm(a, residual);
 ///        h = FFN(x), where FFN is a dense MLP for the first n_dense_layers blocks and MoE after.
 /// \tparam Config  compile-time config
 /// \tparam Backend backend tag
 template <class Config, class Backend>
 class Block {
-  static constexpr DType kWeightDType = ConfigTraits<Config>::fp8 ? DType::F8_E4M3 : DType::BF16;
-
  public:
-  /// \brief Per-call temporaries shared by all blocks.
-  struct Scratch {
-    Tensor<bf16, Backend> x;                      ///< [T, dim] normalized input of the attention, then of the FFN
-    Tensor<bf16, Backend> attn;                   ///< [T, dim] attention output
-    typename MLA<Config, Backend>::Scratch mla;   ///< the attention's temporaries
-    typename MLP<Backend>::Scratch mlp;           ///< the dense MLP's temporaries
-    typename MoE<Config, Backend>::Scratch moe;   ///< the MoE's temporaries
-  };
+  using space = space_of<Backend>;  ///< the memory space of activations
 
-  /// \brief Declares the block's parameters (nothing is allocated until loading).
+  /// \brief Binds the block's parameters (`layers.<layer_id>.*`) from the model's parameters.
+  /// \param store    the model's parameters
   /// \param layer_id block index; blocks below n_dense_layers get a dense MLP, the others an MoE
   /// \param o        runtime options (the attention's softmax scale depends on YaRN)
-  /// \param par      this rank's place: heads, inter_dim and experts are split over the ranks
-  Block(int layer_id, const RuntimeOptions& o, const Parallel& par)
-      : layer_id_(layer_id), attn_norm_(Config::dim), attn_(o, par), ffn_norm_(Config::dim) {
+  /// \param par      this rank's place (which routed experts it holds)
+  Block(ParameterStore<Backend>& store, int layer_id, const RuntimeOptions& o, const Parallel& par)
+      : layer_id_(layer_id),
+        attn_norm_(store, prefix() + "attn_norm"),
+        attn_(store, prefix() + "attn", o),
+        ffn_norm_(store, prefix() + "ffn_norm") {
     if (layer_id < Config::n_dense_layers)
-      dense_.emplace(Config::dim, par.split(Config::inter_dim, "inter_dim"), kWeightDType, Config::scale_fmt, Reduce::sum);
+      dense_.emplace(store, prefix() + "ffn", Config::scale_fmt);
     else
-      moe_.emplace(par);
+      moe_.emplace(store, prefix() + "ffn", par);
   }
 
   /// \brief Runs the block; sets `ctx.layer` to this block's index for the layers below.
@@ -54,37 +69,31 @@ class Block {
   /// \param first    whether this is the first block (no residual yet)
   /// \param rope     the model's RoPE table
   /// \param s        scratch shared by all blocks
-  void forward(ForwardContext& ctx, MatrixView<bf16> h, MatrixView<bf16> residual, bool first,
-               const RopeTable<Backend>& rope, Scratch& s) {
+  void forward(ForwardContext<Backend>& ctx, MatrixView<bf16, space> h, MatrixView<bf16, space> residual, bool first,
+               const RopeTable<Backend>& rope, BlockScratch<Backend>& s) {
     ctx.layer = layer_id_;
     s.x.resize(Shape{h.rows, Config::dim});
     s.attn.resize(Shape{h.rows, Config::dim});
     if (first) {
-      attn_norm_.forward(h, s.x.mat());
-      Memory<Backend>::copy(residual.data, h.data, static_cast<std::size_t>(h.rows * h.cols) * sizeof(bf16));
+      attn_norm_.forward(ctx, h, s.x.mat());
+      Memory<Backend>::copy_async(*ctx.exec, residual.data, h.data, static_cast<std::size_t>(h.rows * h.cols) * sizeof(bf16));
     } else {
-      attn_norm_.forward(h, residual, s.x.mat());
+      attn_norm_.forward(ctx, h, residual, s.x.mat());
     }
     attn_.forward(ctx, s.x.mat(), rope, s.mla, s.attn.mat());
-    if (ctx.observer) ctx.observer->on_attention(layer_id_, s.attn.mat());
-    ffn_norm_.forward(s.attn.mat(), residual, s.x.mat());
+    if (ctx.observer)
+      with_host_view(ctx, MatrixView<const bf16, space>(s.attn.mat()),
+                     [&](MatrixView<const bf16> a) { ctx.observer->on_attention(layer_id_, a); });
+    ffn_norm_.forward(ctx, s.attn.mat(), residual, s.x.mat());
     if (dense_)
       dense_->forward(ctx, s.x.mat(), s.mlp, h);
     else
       moe_->forward(ctx, s.x.mat(), s.moe, h);
-    if (ctx.observer) ctx.observer->on_block(layer_id_, h, residual);
-  }
-
-  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
-  ///        checkpoint name (`attn.*`, `ffn.*`, `attn_norm.weight`, `ffn_norm.weight`).
-  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
-  template <class F>
-  void visit(const std::string& prefix, F&& f) {
-    attn_.visit(prefix + "attn.", f);
-    if (dense_) dense_->visit(prefix + "ffn.", f);
-    if (moe_) moe_->visit(prefix + "ffn.", f);
-    attn_norm_.visit(prefix + "attn_norm.", f);
-    ffn_norm_.visit(prefix + "ffn_norm.", f);
+    if (ctx.observer)
+      with_host_view(ctx, MatrixView<const bf16, space>(h), [&](MatrixView<const bf16> x) {
+        with_host_view(ctx, MatrixView<const bf16, space>(residual),
+                       [&](MatrixView<const bf16> r) { ctx.observer->on_block(layer_id_, x, r); });
+      });
   }
 
   /// \brief Whether the FFN is an MoE (layer_id >= n_dense_layers).
@@ -93,6 +102,8 @@ class Block {
   void allocate_caches(const RuntimeOptions& o) { attn_.allocate_caches(o); }
 
  private:
+  std::string prefix() const { return "layers." + std::to_string(layer_id_) + "."; }
+
   int layer_id_ = 0;
   RMSNorm<Backend> attn_norm_;
   MLA<Config, Backend> attn_;

@@ -2,10 +2,13 @@
 /// \brief MLP: the gated feed-forward network of dense layers, routed experts and shared experts.
 #pragma once
 
+#include <algorithm>
 #include <string>
 
 #include "dsv32/backend/backend.hpp"
+#include "dsv32/config/model_args.hpp"
 #include "dsv32/layers/context.hpp"
+#include "dsv32/layers/indexer.hpp"
 #include "dsv32/layers/linear.hpp"
 
 namespace dsv32 {
@@ -13,48 +16,52 @@ namespace dsv32 {
 /// \addtogroup layers
 /// @{
 
+/// \brief An MLP's per-call temporaries (shared by the dense MLPs, the experts and the shared experts).
+template <class Backend>
+struct MlpScratch {
+  Tensor<bf16, Backend> h1;  ///< [M, inter]: w1 x, then the gated activation
+  Tensor<bf16, Backend> h3;  ///< [M, inter]: w3 x
+
+  /// \brief Calls `r(tensor, elements)` with each buffer's largest size under `l`: M up to the tokens
+  ///        of a pass, inter the widest local hidden size (dense, routed or shared experts).
+  template <class R>
+  void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
+    const bool dense = a.n_dense_layers > 0, moe = a.n_layers > a.n_dense_layers;
+    std::int64_t inter = 0;
+    if (dense) inter = std::max(inter, a.inter_dim / l.world_size);
+    if (moe) inter = std::max({inter, a.moe_inter_dim, a.n_shared_experts * a.moe_inter_dim / l.world_size});
+    r(h1, elements(l.tokens(), inter));
+    r(h3, elements(l.tokens(), inter));
+  }
+};
+
 /// \brief out = w2(bf16(silu(f32(w1 x)) * f32(w3 x))).
 ///
 /// Dense MLPs and shared experts split inter_dim over ranks (w1, w3 column-parallel, w2
-/// row-parallel); routed experts are whole on the rank that owns them.
+/// row-parallel); routed experts are whole on the rank that owns them. Whether w2's outputs are
+/// summed over ranks here is w2's table row (dense MLPs: yes; experts: the MoE sums instead).
 /// \tparam Backend backend tag
 template <class Backend>
 class MLP {
  public:
-  /// \brief Per-call temporaries.
-  struct Scratch {
-    Tensor<bf16, Backend> h1;  ///< [M, inter]: w1 x, then the gated activation
-    Tensor<bf16, Backend> h3;  ///< [M, inter]: w3 x
-  };
+  using space = space_of<Backend>;  ///< the memory space of activations and weights
 
-  MLP() = default;
-  /// \param dim        model dimension
-  /// \param inter      local hidden dimension
-  /// \param dtype      weight dtype (BF16 or F8_E4M3)
-  /// \param fmt        activation scale format for FP8 weights
-  /// \param reduce     whether w2's partial outputs are summed over ranks here
-  MLP(std::int64_t dim, std::int64_t inter, DType dtype, ScaleFmt fmt, Reduce reduce)
-      : w1_(dim, inter, dtype, fmt), w2_(inter, dim, dtype, fmt, reduce), w3_(dim, inter, dtype, fmt) {}
+  /// \brief Binds `<module>.w1`, `.w2`, `.w3` from the model's parameters.
+  /// \param store the model's parameters \param module e.g. `layers.0.ffn` or `layers.1.ffn.experts.3`
+  /// \param fmt   activation scale format for FP8 weights
+  MLP(ParameterStore<Backend>& store, const std::string& module, ScaleFmt fmt)
+      : w1_(store, module + ".w1", fmt), w2_(store, module + ".w2", fmt), w3_(store, module + ".w3", fmt) {}
 
   /// \param ctx the call \param x [M, dim] \param s scratch \param out [M, dim]
-  void forward(const ForwardContext& ctx, MatrixView<const bf16> x, Scratch& s, MatrixView<bf16> out) const {
+  void forward(const ForwardContext<Backend>& ctx, MatrixView<const bf16, space> x, MlpScratch<Backend>& s,
+               MatrixView<bf16, space> out) const {
     const std::int64_t inter = w1_.out_features();
     s.h1.resize(Shape{x.rows, inter});
     s.h3.resize(Shape{x.rows, inter});
     w1_.forward(ctx, x, s.h1.mat());
     w3_.forward(ctx, x, s.h3.mat());
-    Kernels<Backend>::silu_mul(s.h1.mat(), s.h3.mat(), s.h1.mat());
+    Kernels<Backend>::silu_mul(*ctx.exec, s.h1.mat(), s.h3.mat(), s.h1.mat());
     w2_.forward(ctx, s.h1.mat(), out);
-  }
-
-  /// \brief Calls `f(prefix + name, parameter)` for each of this layer's parameters, under its
-  ///        checkpoint name (`w1.weight`, `w2.weight`, `w3.weight`, and their `.scale` for FP8).
-  /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
-  template <class F>
-  void visit(const std::string& prefix, F&& f) {
-    w1_.visit(prefix + "w1.", f);
-    w2_.visit(prefix + "w2.", f);
-    w3_.visit(prefix + "w3.", f);
   }
 
  private:

@@ -80,10 +80,10 @@ class RopeTable {
     Memory<Backend>::copy_from_host(cos_.data(), c.data(), c.size() * sizeof(float));
     Memory<Backend>::copy_from_host(sin_.data(), s.data(), s.size() * sizeof(float));
   }
-  /// \brief [max_seq_len, rope_dim / 2]
-  const float* cos() const noexcept { return cos_.data(); }
-  /// \brief [max_seq_len, rope_dim / 2]
-  const float* sin() const noexcept { return sin_.data(); }
+  /// \brief [max_seq_len, rope_dim / 2] f32, in the backend's memory.
+  MatrixView<const float, space_of<Backend>> cos() const noexcept { return cos_.mat(); }
+  /// \brief [max_seq_len, rope_dim / 2] f32, in the backend's memory.
+  MatrixView<const float, space_of<Backend>> sin() const noexcept { return sin_.mat(); }
   /// \brief Memory both tables occupy.
   std::size_t bytes() const noexcept { return cos_.bytes() + sin_.bytes(); }
 

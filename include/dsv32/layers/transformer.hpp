@@ -1,9 +1,11 @@
 /// \file
-/// \brief Transformer: the whole DeepSeek-V3.2-Exp model — embedding, blocks, final norm, f32 head —
+/// \brief Transformer: the whole DeepSeek-V3.2-Exp model — embedding, blocks, final norm, bf16 head (f32 logits) —
 ///        with KV caches, input validation, weight listing and the memory plan.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -17,6 +19,7 @@
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/runtime_options.hpp"
+#include "dsv32/config/tensor_table.hpp"
 #include "dsv32/core/random.hpp"
 #include "dsv32/layers/block.hpp"
 #include "dsv32/layers/context.hpp"
@@ -35,12 +38,21 @@ struct Logits {
   std::int64_t vocab = 0;      ///< vocab_size (all ranks' shards gathered)
   std::vector<float> values;   ///< [batch, positions, vocab] f32
 
-  /// \brief Logits of sequence `b` at returned position `p` (default: the last one).
+  /// \brief Logits of sequence `b` at returned position `p` (default, or -1: the last one).
+  /// \throws Error(invalid_argument) unless 0 <= b < batch and -1 <= p < positions, or if
+  ///         `values` does not hold batch x positions x vocab floats.
   std::span<const float> row(std::int64_t b, std::int64_t p = -1) const {
+    DSV32_CHECK(b >= 0 && b < batch, invalid_argument, "Logits::row: sequence ", b, " is outside [0, ", batch, ")");
+    DSV32_CHECK(p >= -1 && p < positions, invalid_argument, "Logits::row: position ", p, " is outside [0, ", positions,
+                ") (or -1 for the last)");
+    DSV32_CHECK(vocab > 0 && values.size() == static_cast<std::size_t>(batch * positions * vocab), invalid_argument,
+                "Logits::row: ", values.size(), " values do not hold batch ", batch, " x positions ", positions,
+                " x vocab ", vocab);
     if (p < 0) p = positions - 1;
     return {values.data() + (b * positions + p) * vocab, static_cast<std::size_t>(vocab)};
   }
   /// \brief Greedy choice for sequence `b` at its last position (first maximum on ties).
+  /// \throws Error(invalid_argument) as row().
   std::int32_t argmax(std::int64_t b) const {
     const auto r = row(b);
     return static_cast<std::int32_t>(std::max_element(r.begin(), r.end()) - r.begin());
@@ -66,12 +78,14 @@ struct MemoryPlan {
   std::map<DType, std::size_t> weight_bytes;  ///< by in-memory dtype
   std::size_t weights = 0;                    ///< all parameters (FP8 scales included)
   std::int64_t parameters = 0;                ///< parameter elements on this rank (scales excluded)
+  std::int64_t tensors = 0;                   ///< parameter tensors on this rank (scales included)
   std::size_t cache_bytes_per_token = 0;      ///< all layers, one sequence, one position
   std::size_t caches = 0;                     ///< max_batch_size x max_seq_len x the above
   std::size_t rope_tables = 0;                ///< the cos/sin tables
+  std::size_t scratch = 0;                    ///< forward temporaries, reserved once for the runtime limits
 
-  /// \brief weights + caches + rope_tables (scratch, which grows with the call size, not included).
-  std::size_t total() const noexcept { return weights + caches + rope_tables; }
+  /// \brief weights + caches + rope_tables + scratch: the backend memory of a loaded model.
+  std::size_t total() const noexcept { return weights + caches + rope_tables + scratch; }
 };
 
 /// \brief "12.3 GiB"-style byte count.
@@ -89,14 +103,70 @@ inline std::string format_bytes(double bytes) {
   return os.str();
 }
 
+/// \brief Everything one forward pass writes besides the caches, reserved once when the weights are
+///        loaded (so that a decode step allocates nothing) and counted by the memory plan.
+template <class Backend>
+struct ForwardScratch {
+  Tensor<bf16, Backend> h;                  ///< [T, dim] the hidden state
+  Tensor<bf16, Backend> residual;           ///< [T, dim] the residual stream
+  Tensor<std::int32_t, Backend> tokens;     ///< [T] the pass's token ids
+  Tensor<float, Backend> logits;            ///< [rows, vocab / world] this rank's logits
+  Tensor<float, Backend> gathered;          ///< [world, rows, vocab / world] every rank's logits (world > 1)
+  Tensor<float, Backend> reduce;            ///< [T, dim] f32 row-parallel reductions (world > 1)
+  BlockScratch<Backend> blocks;             ///< the blocks' temporaries
+
+  /// \brief Calls `r(buffer, elements)` with each buffer's largest size under `l`. Logits are reserved
+  ///        for one position per sequence: a call asking for every position's logits grows them.
+  template <class R>
+  void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
+    const std::int64_t T = l.tokens(), local_vocab = a.vocab_size / l.world_size;
+    r(h, elements(T, a.dim));
+    r(residual, elements(T, a.dim));
+    r(tokens, T);
+    r(logits, elements(l.batch, local_vocab));
+    r(gathered, l.world_size > 1 ? elements(l.batch, a.vocab_size) : 0);
+    r(reduce, l.world_size > 1 ? elements(T, a.dim) : 0);
+    blocks.reserve(r, a, l);
+  }
+};
+
+/// \brief The memory plan of rank `rank` of a `world`-rank model with fields `a` and runtime limits
+///        `o`, read off the tensor table and the scratch reservations: what a loaded Transformer holds,
+///        computed without allocating any of it.
+/// \throws Error(invalid_argument) when `world` does not divide a split dimension (named)
+inline MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int world = 1, int rank = 0) {
+  MemoryPlan m;
+  for_each_tensor(a, [&](const TensorSpec& t) {
+    const std::size_t bytes = static_cast<std::size_t>(elements(t.local_numel(), dtype_size(t.dtype), t.count));
+    m.weight_bytes[t.dtype] += bytes;
+    m.weights += bytes;
+    m.tensors += t.count;
+    if (t.counts_as_parameter()) m.parameters += t.local_numel() * t.count;
+  }, TableMode::patterns, world, rank);
+  m.cache_bytes_per_token = static_cast<std::size_t>(a.n_layers) * mla_cache_bytes_per_token(a);
+  m.caches = static_cast<std::size_t>(elements(m.cache_bytes_per_token, o.max_batch_size, o.max_seq_len));
+  m.rope_tables = static_cast<std::size_t>(elements(o.max_seq_len, a.qk_rope_head_dim, sizeof(float)));
+  ForwardScratch<Cpu> scratch;  // nothing is allocated: the reservation is only counted
+  scratch.reserve([&]<class Buffer>(Buffer&, std::int64_t n) {
+    if constexpr (requires(Buffer& b) { b.mat(); })  // backend tensors, not pinned host buffers
+      m.scratch += static_cast<std::size_t>(elements(n, sizeof(*std::declval<Buffer&>().data())));
+  }, a, ForwardLimits::of(o, world));
+  return m;
+}
+
 /// \brief The DeepSeek-V3.2-Exp transformer.
 ///
-/// Constructing one allocates no weights (only the RoPE tables), so even the 671B config can list its
-/// tensors and memory plan. Weights are bound by a loader (see load_weights / <dsv32/io/checkpoint.hpp>)
-/// or init_random(); KV caches are allocated when the weights are complete.
+/// Constructing one allocates no weights (only the RoPE tables): its parameters are the rows of the
+/// tensor table for its rank, so even the 671B config can list its tensors and memory plan. Weights
+/// are bound by a loader (load_weights(), <dsv32/io/checkpoint.hpp>) or init_random() — into one
+/// arena of backend memory, or borrowed in place from mapped files where the backend's memory is host
+/// memory; the KV caches and every forward temporary are allocated when the weights are complete, so
+/// that a forward call allocates nothing (except one asking for every position's logits). forward()
+/// reads nothing back from the backend but its result (the logits) and, per MoE layer, the few
+/// integers of its expert dispatch; observers get host copies only when attached.
 /// A Transformer is not safe to call from several threads at once (it owns its caches and scratch).
 /// \tparam Config  compile-time config (see ConfigDefaults)
-/// \tparam Backend backend tag (Cpu, the only backend this release implements)
+/// \tparam Backend backend tag (Cpu, or testing::HostInvisible)
 template <class Config, class Backend = Cpu>
 class Transformer {
   static_assert(valid_config<Config>);
@@ -104,36 +174,49 @@ class Transformer {
  public:
   using config_type = Config;    ///< the compile-time config
   using backend_type = Backend;  ///< the backend tag
+  using space = space_of<Backend>;  ///< the memory space of its weights, caches and activations
 
   /// \param options runtime limits and RoPE scalars (validated)
-  /// \param parallel this rank's place in a model-parallel group
+  /// \param parallel this rank's place in a model-parallel group; its communicator must work on
+  ///        `Backend`'s memory
   explicit Transformer(const RuntimeOptions& options = {}, const Parallel& parallel = {})
       : options_((options.validate(), options)),
         parallel_((parallel.validate(), parallel)),
-        embed_(Config::vocab_size, Config::dim, parallel_),
-        norm_(Config::dim),
-        head_(Config::dim, parallel_.split(Config::vocab_size, "vocab_size"), DType::F32),
-        rope_(Config::qk_rope_head_dim, options_),
+        comm_(parallel_.template communicator_for<Backend>()),
+        store_(ModelArgs::of<Config>(), parallel_.world_size, parallel_.rank),
+        embed_(store_, "embed", parallel_.rank),
+        norm_(store_, "norm"),
+        head_(store_, "head"),
+        rope_((require_memory(plan_memory(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank).rope_tables,
+                              "its RoPE tables"),
+               RopeTable<Backend>(Config::qk_rope_head_dim, options_))),
         filled_(static_cast<std::size_t>(options_.max_batch_size), 0) {
     layers_.reserve(static_cast<std::size_t>(Config::n_layers));
-    for (int i = 0; i < Config::n_layers; ++i) layers_.emplace_back(i, options_, parallel_);
+    for (int i = 0; i < Config::n_layers; ++i) layers_.emplace_back(store_, i, options_, parallel_);
+    store_.check_all_used();
   }
+  Transformer(const Transformer&) = delete;
+  Transformer& operator=(const Transformer&) = delete;
+  /// \brief Moves the model (its layers keep pointing at the same parameters: they live on the heap).
+  Transformer(Transformer&&) noexcept = default;
+  /// \brief Replaces this model with `other`'s.
+  Transformer& operator=(Transformer&&) noexcept = default;
 
   /// \brief The runtime options the model was built with.
   const RuntimeOptions& options() const noexcept { return options_; }
   /// \brief This rank's place in the model-parallel group.
   const Parallel& parallel() const noexcept { return parallel_; }
+  /// \brief The execution context every kernel call of this model runs in (its synchronization count
+  ///        says how often forward() waited for the backend).
+  ExecutionContext<Backend>& context() noexcept { return exec_; }
 
-  /// \brief Visits every parameter as f(checkpoint name, Parameter&), in the reference's converted
-  ///        naming (`embed.weight`, `layers.N.attn.wq_a.weight`, ..., `norm.weight`, `head.weight`).
-  ///        Loading, checking, listing and tests all walk this one list.
+  /// \brief Visits every parameter as f(checkpoint name, Parameter&) in tensor-table order, in the
+  ///        reference's converted naming (`embed.weight`, `layers.N.attn.wq_a.weight`, ..., `norm.weight`,
+  ///        `head.weight`). Loading, checking, listing and tests all walk this one list.
   /// \tparam F callable as `f(const std::string&, Parameter<Backend>&)`
   template <class F>
   void visit(F&& f) {
-    embed_.visit("embed.", f);
-    for (std::size_t i = 0; i < layers_.size(); ++i) layers_[i].visit("layers." + std::to_string(i) + ".", f);
-    norm_.visit("norm.", f);
-    head_.visit("head.", f);
+    for (Parameter<Backend>& p : store_) f(p.name(), p);
   }
 
   /// \brief Every parameter: name, dtype, local shape, bytes.
@@ -143,36 +226,83 @@ class Transformer {
     return out;
   }
 
-  /// \brief The memory this rank needs for its weights, caches and tables.
-  MemoryPlan memory_plan() {
-    MemoryPlan m;
-    visit([&](const std::string& name, Parameter<Backend>& p) {
-      m.weight_bytes[p.dtype()] += p.bytes();
-      m.weights += p.bytes();
-      if (!name.ends_with(".scale")) m.parameters += p.numel();
-    });
-    m.cache_bytes_per_token = static_cast<std::size_t>(Config::n_layers) * MLA<Config, Backend>::cache_bytes_per_token;
-    m.caches = m.cache_bytes_per_token * static_cast<std::size_t>(options_.max_batch_size * options_.max_seq_len);
-    m.rope_tables = rope_.bytes();
-    return m;
-  }
-  /// \brief The memory plan of a model with these options, without keeping one.
+  /// \brief The memory this rank needs for its weights, caches, tables and forward scratch.
+  MemoryPlan memory_plan() const { return plan_memory(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank); }
+  /// \brief The memory plan of a model with these options, without building one.
   static MemoryPlan memory_plan(const RuntimeOptions& options, const Parallel& parallel = {}) {
-    Transformer t(options, parallel);
-    return t.memory_plan();
+    options.validate();
+    parallel.validate();
+    return plan_memory(ModelArgs::of<Config>(), options, parallel.world_size, parallel.rank);
   }
 
-  /// \brief Binds every parameter through `load(name, parameter)` (which must load it or throw), then
-  ///        allocates the caches. On any error nothing stays half-loaded: all parameters are released.
+  /// \brief Binds every parameter through `load(name, parameter)` (which must load it or throw, each
+  ///        parameter owning its memory), then allocates the caches and scratch. On any error nothing
+  ///        stays half-loaded: all parameters are released.
   /// \tparam LoadOne callable as `load(const std::string& name, Parameter<Backend>&)`
   /// \throws whatever `load` throws; Error(state) naming a parameter `load` left unloaded
   template <class LoadOne>
   void load_weights(LoadOne&& load) {
     try {
+      release_weights();
+      const MemoryPlan plan = memory_plan();  // the loader allocates the weights itself
+      require_memory(plan.caches + plan.scratch, "its caches and forward scratch");
       visit([&](const std::string& name, Parameter<Backend>& p) { load(name, p); });
-      visit([&](const std::string& name, Parameter<Backend>& p) {
-        DSV32_CHECK(p.loaded(), state, "parameter ", name, " was not loaded");
+      check_loaded();
+    } catch (...) {
+      release_weights();
+      throw;
+    }
+    finish_loading();
+  }
+
+  /// \brief Binds every parameter into one arena of backend memory (or, on a backend whose memory is
+  ///        host memory, in place where `borrow` offers host memory), writing each through a staged
+  ///        WeightUploader; then allocates the caches and scratch. On any error nothing stays
+  ///        half-loaded.
+  /// \tparam Borrow callable as `const void* borrow(const Parameter<Backend>&, std::shared_ptr<const void>& owner)`:
+  ///         host memory holding the parameter's bytes to use in place (setting `owner`), or nullptr
+  ///         to have it written into the arena; consulted only where Memory<Backend>::host_visible
+  /// \tparam Write callable as `write(const Parameter<Backend>&, WeightUploader<Backend>&, void* dst)`:
+  ///         writes the parameter's bytes() bytes to backend memory `dst` through the uploader
+  /// \param borrow        decides, per parameter, whether it is used in place from host memory
+  /// \param write         writes a parameter's bytes into its slice of the arena
+  /// \param staging_bytes the uploader's pinned staging size (device backends)
+  template <class Borrow, class Write>
+  void load_weights(Borrow&& borrow, Write&& write, std::size_t staging_bytes = WeightUploader<Backend>::kDefaultStagingBytes) {
+    constexpr std::size_t kAlign = 256;  // every slice of the arena starts on a 256-byte boundary
+    auto align = [](std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
+    try {
+      release_weights();
+      std::vector<Parameter<Backend>*> copies;
+      std::size_t arena_bytes = 0;
+      visit([&](const std::string&, Parameter<Backend>& p) {
+        if constexpr (Memory<Backend>::host_visible) {
+          std::shared_ptr<const void> owner;
+          if (const void* host = borrow(static_cast<const Parameter<Backend>&>(p), owner)) {
+            p.borrow(host, std::move(owner));
+            return;
+          }
+        }
+        copies.push_back(&p);
+        arena_bytes += align(p.bytes());
       });
+      {
+        const MemoryPlan plan = memory_plan();
+        require_memory(arena_bytes + plan.caches + plan.scratch, "its weights (" + format_bytes(static_cast<double>(arena_bytes)) +
+                       " to copy), caches (" + format_bytes(static_cast<double>(plan.caches)) + ") and forward scratch (" +
+                       format_bytes(static_cast<double>(plan.scratch)) + ")");
+      }
+      arena_.reset_uninitialized(arena_bytes);  // one allocation, no zero-fill: every byte is written next
+      WeightUploader<Backend> uploader(exec_, staging_bytes);
+      std::size_t offset = 0;
+      for (Parameter<Backend>* p : copies) {
+        void* dst = arena_.data() + offset;
+        offset += align(p->bytes());
+        p->bind(dst);
+        write(static_cast<const Parameter<Backend>&>(*p), uploader, dst);
+      }
+      uploader.finish();
+      check_loaded();
     } catch (...) {
       release_weights();
       throw;
@@ -181,32 +311,46 @@ class Transformer {
   }
 
   /// \brief Fills every parameter with seeded random values in the checkpoint's dtypes and ranges
-  ///        (the synthetic weights of examples and benchmarks): linears ~ N(0, 1/in) (FP8 ones
-  ///        quantized per 128x128 block with scale amax/448), norms ~ 1 + N(0, 0.01), biases ~ N(0, 0.01)
-  ///        (gate bias ~ N(0, 0.25)), embedding ~ N(0, 1).
+  ///        (the synthetic weights of examples and benchmarks), chosen by each tensor's role: linear
+  ///        weights and the head ~ N(0, 1/in) (FP8 ones quantized per 128x128 block with scale
+  ///        amax/448), norms ~ 1 + N(0, 0.01), biases ~ N(0, 0.01) (gate bias ~ N(0, 0.25)),
+  ///        embedding ~ N(0, 1).
   ///
-  /// Values come from counter_normal(): each element depends only on (seed, tensor name, index), so
-  /// the fill runs on all threads, a 671B-shaped slice takes seconds, and the result does not depend
-  /// on the thread count. No tensor is staged in a second full-size host copy.
-  void init_random(std::uint64_t seed) {
-    std::unordered_map<std::string, Parameter<Backend>*> params;
-    visit([&](const std::string& name, Parameter<Backend>& p) { params[name] = &p; });
-    load_weights([&](const std::string& name, Parameter<Backend>& p) {
-      if (p.loaded()) return;  // scales are filled with their weights
-      const std::uint64_t key = mix64(fnv1a64(name) ^ mix64(seed));
-      const Shape& s = p.shape();
-      if (p.dtype() == DType::F8_E4M3) {
-        fill_fp8(p, *params.at(name.substr(0, name.size() - 6) + "scale"), key);
-      } else if (name.ends_with("norm.weight")) {
-        fill_normal(p, key, 1.0f, 0.1f);
-      } else if (name.ends_with(".bias")) {
-        fill_normal(p, key, 0.0f, name.ends_with("gate.bias") ? 0.5f : 0.1f);
-      } else if (name == "embed.weight") {
-        fill_normal(p, key, 0.0f, 1.0f);
-      } else {
-        fill_normal(p, key, 0.0f, 1.0f / std::sqrt(static_cast<float>(s[s.rank() - 1])));
-      }
-    });
+  /// Values come from NormalStream: each element depends only on (seed, tensor name, index), so the
+  /// fill runs on all threads, a 671B-shaped slice takes seconds, and the result does not depend on
+  /// the thread count, the backend or the staging size. On a host-memory backend every tensor is
+  /// drawn straight into the arena (no staging copy, each FP8 value drawn once).
+  /// \param seed          the seed; each tensor's stream is keyed by (seed, name)
+  /// \param staging_bytes the uploader's pinned staging size (device backends), as in load_weights()
+  void init_random(std::uint64_t seed, std::size_t staging_bytes = WeightUploader<Backend>::kDefaultStagingBytes) {
+    std::vector<float> pending_scale;  // an FP8 weight's block scales, written with the next tensor (its scale)
+    load_weights([](const Parameter<Backend>&, std::shared_ptr<const void>&) -> const void* { return nullptr; },
+                 [&](const Parameter<Backend>& p, WeightUploader<Backend>& up, void* dst) {
+                   const std::size_t n = static_cast<std::size_t>(p.numel());
+                   if (p.role() == TensorRole::scale) {
+                     DSV32_CHECK(pending_scale.size() == n, state, "init_random: ", p.name(), " does not follow its weight");
+                     up.write(dst, DType::F32, n, [&](std::size_t first, std::size_t count, void* host) {
+                       std::memcpy(host, pending_scale.data() + first, count * sizeof(float));
+                     });
+                     pending_scale.clear();
+                     return;
+                   }
+                   const RandomFill fill = random_fill(p, seed);
+                   if (p.dtype() == DType::F8_E4M3) {
+                     pending_scale = write_random_fp8(p, fill, up, dst);
+                     return;
+                   }
+                   DSV32_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::BF16, unsupported, "init_random: a ",
+                               dtype_name(p.dtype()), " parameter (", p.name(), ")");
+                   up.write(dst, p.dtype(), n, [&](std::size_t first, std::size_t count, void* host) {
+                     const std::size_t elem = dtype_size(p.dtype());
+                     parallel_chunks(count, [&](std::size_t c0, std::size_t len) {
+                       Parameter<Backend>::encode_host(p.dtype(), first + c0, len, static_cast<std::byte*>(host) + c0 * elem,
+                                                       fill);
+                     });
+                   });
+                 },
+                 staging_bytes);
   }
 
   /// \brief Whether every parameter is loaded.
@@ -221,7 +365,8 @@ class Transformer {
   /// A prefill starts at 0; decode steps continue at the next position. Calls are checked before
   /// anything is computed: batch in [1, max_batch_size], start_pos + seq <= max_seq_len, token ids
   /// in [0, vocab_size), no gap after what each sequence has cached. A failed check throws
-  /// Error(invalid_argument) and leaves the caches as they were.
+  /// Error(invalid_argument) and leaves the caches as they were. A call longer than
+  /// RuntimeOptions::max_tokens_per_call runs as consecutive passes of that many tokens.
   /// \param tokens    [batch, seq] row-major token ids
   /// \param batch     sequences; tokens.size() must be a multiple of it
   /// \param start_pos position of each sequence's first token in this call
@@ -248,7 +393,27 @@ class Transformer {
     for (std::int64_t b = 0; b < batch; ++b)
       DSV32_CHECK(start_pos <= filled_[b], invalid_argument, "forward: sequence ", b, " starts at position ",
                   start_pos, " but only positions [0, ", filled_[b], ") are cached");
-    return run(tokens, batch, seq, start_pos, opts);
+    const std::int64_t chunk = options_.tokens_per_call();
+    if (seq <= chunk) return run(tokens, batch, seq, start_pos, opts);
+    // chunked: consecutive passes of `chunk` tokens per sequence
+    Logits out{batch, opts.all_positions ? seq : 1, Config::vocab_size, {}};
+    if (opts.all_positions) out.values.resize(static_cast<std::size_t>(batch * seq * Config::vocab_size));
+    std::vector<std::int32_t> part;
+    for (std::int64_t first = 0; first < seq; first += chunk) {
+      const std::int64_t len = std::min(chunk, seq - first);
+      part.clear();
+      for (std::int64_t b = 0; b < batch; ++b)
+        part.insert(part.end(), tokens.begin() + b * seq + first, tokens.begin() + b * seq + first + len);
+      Logits l = run(part, batch, len, start_pos + first, opts);
+      if (!opts.all_positions) {
+        out.values = std::move(l.values);
+        continue;
+      }
+      for (std::int64_t b = 0; b < batch; ++b)
+        std::copy_n(l.values.begin() + b * len * Config::vocab_size, len * Config::vocab_size,
+                    out.values.begin() + (b * seq + first) * Config::vocab_size);
+    }
+    return out;
   }
 
   /// \brief forward() on a rectangular batch given as one vector per sequence.
@@ -265,122 +430,184 @@ class Transformer {
   }
 
  private:
+  // One forward pass: every kernel ordered on exec_, one synchronization at the end to read the logits.
   Logits run(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t seq, std::int64_t start_pos,
              const ForwardOptions& opts) {
-    ForwardContext ctx;
+    ForwardContext<Backend> ctx;
     ctx.batch = batch;
     ctx.seq = seq;
     ctx.start_pos = start_pos;
     ctx.parallel = parallel_;
+    ctx.comm = comm_;
     ctx.observer = opts.observer;
+    ctx.exec = &exec_;
+    ctx.reduce = &scratch_.reduce;
+    ForwardScratch<Backend>& s = scratch_;
     const std::int64_t T = batch * seq;
-    h_.resize(Shape{T, Config::dim});
-    residual_.resize(Shape{T, Config::dim});
-    token_buf_.resize(Shape{T});
-    Memory<Backend>::copy_from_host(token_buf_.data(), tokens.data(), tokens.size_bytes());
-    embed_.forward(ctx, token_buf_.data(), T, h_.mat());
-    if (ctx.observer) ctx.observer->on_embedding(h_.mat());
+    s.h.resize(Shape{T, Config::dim});
+    s.residual.resize(Shape{T, Config::dim});
+    s.tokens.resize(Shape{T});
+    Memory<Backend>::copy_from_host_async(exec_, s.tokens.data(), tokens.data(), tokens.size_bytes());
+    embed_.forward(ctx, s.tokens.vec(), s.h.mat());
+    if (ctx.observer)
+      with_host_view(ctx, MatrixView<const bf16, space>(s.h.mat()),
+                     [&](MatrixView<const bf16> h) { ctx.observer->on_embedding(h); });
     for (std::size_t i = 0; i < layers_.size(); ++i)
-      layers_[i].forward(ctx, h_.mat(), residual_.mat(), i == 0, rope_, scratch_);
-    norm_.forward(h_.mat(), residual_.mat(), h_.mat());
+      layers_[i].forward(ctx, s.h.mat(), s.residual.mat(), i == 0, rope_, s.blocks);
+    norm_.forward(ctx, s.h.mat(), s.residual.mat(), s.h.mat());
     for (std::int64_t b = 0; b < batch; ++b) filled_[b] = std::max(filled_[b], start_pos + seq);
 
     // head in f32 on the last position of each sequence (or all of them)
     const std::int64_t positions = opts.all_positions ? seq : 1;
-    MatrixView<bf16> rows = h_.mat();
-    if (!opts.all_positions) {
-      last_.resize(Shape{batch, Config::dim});
-      for (std::int64_t b = 0; b < batch; ++b)
-        Memory<Backend>::copy(last_.data() + b * Config::dim, h_.data() + (b * seq + seq - 1) * Config::dim,
-                              Config::dim * sizeof(bf16));
-      rows = last_.mat();
-    }
+    const MatrixView<const bf16, space> rows =
+        opts.all_positions ? MatrixView<const bf16, space>(s.h.mat()) : s.h.mat().strided_rows(seq - 1, batch, seq);
     const std::int64_t local_vocab = head_.out_features(), R = batch * positions;
-    logits_.resize(Shape{R, local_vocab});
-    head_.forward_f32(rows, logits_.mat());
+    s.logits.resize(Shape{R, local_vocab});
+    head_.forward_f32(ctx, rows, s.logits.mat());
     Logits out{batch, positions, Config::vocab_size, std::vector<float>(static_cast<std::size_t>(R * Config::vocab_size))};
     if (parallel_.world_size == 1) {
-      Memory<Backend>::copy_to_host(out.values.data(), logits_.data(), out.values.size() * sizeof(float));
-    } else {  // all-gather the vocabulary shards, then interleave them per row
-      std::vector<float> gathered(out.values.size()), local(static_cast<std::size_t>(R * local_vocab));
-      Memory<Backend>::copy_to_host(local.data(), logits_.data(), local.size() * sizeof(float));
-      parallel_.comm->all_gather(local.data(), local.size(), gathered.data());
-      for (int r = 0; r < parallel_.world_size; ++r)
-        for (std::int64_t i = 0; i < R; ++i)
-          std::copy_n(gathered.data() + (r * R + i) * local_vocab, local_vocab,
-                      out.values.data() + i * Config::vocab_size + r * local_vocab);
+      Memory<Backend>::copy_to_host_async(exec_, out.values.data(), s.logits.data(), out.values.size() * sizeof(float));
+      Memory<Backend>::synchronize(exec_);
+      return out;
     }
+    // all-gather the vocabulary shards on the backend, one copy down, then interleave them per row
+    s.gathered.resize(Shape{parallel_.world_size * R * local_vocab});
+    comm_->all_gather(exec_, s.logits.vec(), s.gathered.vec());
+    std::vector<float> gathered(static_cast<std::size_t>(s.gathered.numel()));
+    Memory<Backend>::copy_to_host_async(exec_, gathered.data(), s.gathered.data(), s.gathered.bytes());
+    Memory<Backend>::synchronize(exec_);
+    for (int r = 0; r < parallel_.world_size; ++r)
+      for (std::int64_t i = 0; i < R; ++i)
+        std::copy_n(gathered.data() + (r * R + i) * local_vocab, local_vocab,
+                    out.values.data() + i * Config::vocab_size + r * local_vocab);
     return out;
   }
 
+  // Refuses to allocate `bytes` of backend memory that the backend does not have available.
+  static void require_memory(std::size_t bytes, const std::string& what) {
+    const std::size_t available = Memory<Backend>::available_bytes();
+    DSV32_CHECK(bytes <= available, out_of_memory, "the model needs ", bytes, " bytes (", format_bytes(static_cast<double>(bytes)),
+                ") of ", Backend::name, " memory for ", what, ", but ", available, " bytes (",
+                format_bytes(static_cast<double>(available)), ") are available; lower max_batch_size, max_seq_len or "
+                "max_tokens_per_call (RuntimeOptions), or split the model over more ranks");
+  }
+
+  void check_loaded() {
+    visit([&](const std::string& name, Parameter<Backend>& p) {
+      DSV32_CHECK(p.loaded(), state, "parameter ", name, " was not loaded");
+    });
+  }
+
+  // Caches, then every forward temporary at its largest, so that forward() allocates nothing.
   void finish_loading() {
     for (auto& layer : layers_) layer.allocate_caches(options_);
+    scratch_.reserve([]<class Buffer>(Buffer& b, std::int64_t n) {
+      if constexpr (requires { b.mat(); })
+        b.reserve(static_cast<std::size_t>(n));
+      else
+        b.reset(static_cast<std::size_t>(n));
+    }, ModelArgs::of<Config>(), ForwardLimits::of(options_, parallel_.world_size));
     reset();
     ready_ = true;
   }
 
   void release_weights() {
     visit([](const std::string&, Parameter<Backend>& p) { p.release(); });
+    arena_ = Buffer<std::byte, Backend>();
     ready_ = false;
   }
 
-  // Writable host-side destination of a freshly allocated parameter, filled chunk by chunk through
-  // Memory<Backend>::copy_from_host (so no full-size staging copy ever exists).
-  static std::byte* allocate_for_fill(Parameter<Backend>& p) {
-    p.allocate();
-    return const_cast<std::byte*>(static_cast<const std::byte*>(p.data()));
+  // init_random's distribution of one parameter: element i is mean + sd * N(0, 1)_i of its stream.
+  struct RandomFill {
+    NormalStream normal;
+    float mean = 0.0f, sd = 1.0f;
+    float operator()(std::size_t i) const noexcept { return mean + sd * normal(static_cast<std::uint64_t>(i)); }
+  };
+
+  // The distribution of parameter `p` by its role; its stream is keyed by (seed, name).
+  static RandomFill random_fill(const Parameter<Backend>& p, std::uint64_t seed) {
+    float mean = 0.0f, sd = 1.0f;
+    switch (p.role()) {
+      case TensorRole::norm: mean = 1.0f, sd = 0.1f; break;
+      case TensorRole::bias: sd = 0.1f; break;
+      case TensorRole::gate_bias: sd = 0.5f; break;
+      case TensorRole::embedding: break;
+      case TensorRole::weight: case TensorRole::head:
+        sd = 1.0f / std::sqrt(static_cast<float>(p.shape()[p.shape().rank() - 1]));
+        break;
+      case TensorRole::scale: fail(ErrorKind::state, "init_random: scales are written with their weights");
+    }
+    return {NormalStream(mix64(fnv1a64(p.name()) ^ mix64(seed))), mean, sd};
   }
 
-  // mean + sd * N(0, 1), element i of stream `key`, converted to the parameter's dtype (F32 or BF16).
-  static void fill_normal(Parameter<Backend>& p, std::uint64_t key, float mean, float sd) {
-    DSV32_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::BF16, unsupported, "init_random: a ",
-                dtype_name(p.dtype()), " parameter");
-    const std::int64_t n = p.numel(), chunk = std::int64_t{1} << 16, elem = dtype_size(p.dtype());
-    std::byte* dst = allocate_for_fill(p);
-    parallel_for_each((n + chunk - 1) / chunk, [&](std::int64_t c) {
-      const std::int64_t i0 = c * chunk, len = std::min(chunk, n - i0);
-      const NormalStream normal(key);
-      std::vector<float> v(static_cast<std::size_t>(len));
-      for (std::int64_t i = 0; i < len; ++i) v[i] = mean + sd * normal(static_cast<std::uint64_t>(i0 + i));
-      if (p.dtype() == DType::BF16) {
-        std::vector<bf16> b(v.begin(), v.end());
-        Memory<Backend>::copy_from_host(dst + i0 * elem, b.data(), static_cast<std::size_t>(len * elem));
-      } else {
-        Memory<Backend>::copy_from_host(dst + i0 * elem, v.data(), static_cast<std::size_t>(len * elem));
-      }
+  // Calls f(c0, len) for consecutive chunks of [0, n) on all threads.
+  template <class F>
+  static void parallel_chunks(std::size_t n, F&& f) {
+    constexpr std::size_t kChunk = std::size_t{1} << 16;
+    parallel_for_each(static_cast<std::int64_t>((n + kChunk - 1) / kChunk), [&](std::int64_t c) {
+      const std::size_t c0 = static_cast<std::size_t>(c) * kChunk;
+      f(c0, std::min(kChunk, n - c0));
     });
   }
 
-  // N(0, 1/k) values quantized per 128x128 block with scale max(amax / 448, 1e-12); one 128-row
-  // block of the weight (and its row of scales) per parallel iteration.
-  static void fill_fp8(Parameter<Backend>& weight, Parameter<Backend>& scale, std::uint64_t key) {
-    const std::int64_t n = weight.shape()[0], k = weight.shape()[1];
+  // Writes FP8 weight `p` ([n, k], values from `fill`) quantized per 128x128 block with scale
+  // max(amax / 448, 1e-12); returns the scales ([ceil(n / 128), ceil(k / 128)]). When the uploader
+  // asks for the whole tensor at once (host memory), each 128-row block is drawn once, its scales
+  // taken and its codes written; otherwise the scales are taken first and each chunk drawn again.
+  static std::vector<float> write_random_fp8(const Parameter<Backend>& p, const RandomFill& fill,
+                                             WeightUploader<Backend>& up, void* dst) {
+    const std::int64_t n = p.shape()[0], k = p.shape()[1];
     const std::int64_t nb = (n + kBlockSize - 1) / kBlockSize, kb = (k + kBlockSize - 1) / kBlockSize;
-    const float sd = 1.0f / std::sqrt(static_cast<float>(k));
-    std::byte* codes = allocate_for_fill(weight);
-    std::byte* scales = allocate_for_fill(scale);
-    parallel_for_each(nb, [&](std::int64_t b) {
+    const auto total = static_cast<std::size_t>(n * k);
+    std::vector<float> scales(static_cast<std::size_t>(nb * kb), 0.0f);
+    bool scaled = false;
+    // Draws rows [128 b, 128 b + 128) into `w` and sets their block scales; codes != nullptr: also
+    // writes their E4M3 codes there (the block row's first code).
+    auto block_row = [&](std::int64_t b, std::vector<float>& w, std::uint8_t* codes) {
       const std::int64_t r0 = b * kBlockSize, rows = std::min(kBlockSize, n - r0);
-      const NormalStream normal(key);
-      std::vector<float> w(static_cast<std::size_t>(rows * k)), s(static_cast<std::size_t>(kb), 0.0f);
-      for (std::int64_t i = 0; i < rows * k; ++i) w[i] = sd * normal(static_cast<std::uint64_t>(r0 * k + i));
+      w.resize(static_cast<std::size_t>(rows * k));
+      float* s = scales.data() + b * kb;
+      for (std::int64_t i = 0; i < rows * k; ++i) w[i] = fill(static_cast<std::size_t>(r0 * k + i));
       for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < k; ++c) s[c / kBlockSize] = std::max(s[c / kBlockSize], std::fabs(w[r * k + c]));
-      for (float& v : s) v = std::max(v / kE4m3Max, 1e-12f);
-      std::vector<std::uint8_t> q(w.size());
+        for (std::int64_t c0 = 0, j = 0; c0 < k; c0 += kBlockSize, ++j)
+          for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) s[j] = std::max(s[j], std::fabs(w[r * k + c]));
+      for (std::int64_t j = 0; j < kb; ++j) s[j] = std::max(s[j] / kE4m3Max, 1e-12f);
+      if (codes == nullptr) return;
       for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c0 = 0; c0 < k; c0 += kBlockSize) {
-          const float sb = s[c0 / kBlockSize];
-          for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) q[r * k + c] = encode_e4m3(w[r * k + c] / sb);
+        for (std::int64_t c0 = 0, j = 0; c0 < k; c0 += kBlockSize, ++j)
+          for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) codes[r * k + c] = encode_e4m3(w[r * k + c] / s[j]);
+    };
+    up.write(dst, DType::F8_E4M3, total, [&](std::size_t first, std::size_t count, void* host) {
+      auto* codes = static_cast<std::uint8_t*>(host);
+      if (first == 0 && count == total) {
+        parallel_for_each(nb, [&](std::int64_t b) {
+          std::vector<float> w;
+          block_row(b, w, codes + b * kBlockSize * k);
+        });
+        scaled = true;
+        return;
+      }
+      if (!scaled) {
+        parallel_for_each(nb, [&](std::int64_t b) {
+          std::vector<float> w;
+          block_row(b, w, nullptr);
+        });
+        scaled = true;
+      }
+      parallel_chunks(count, [&](std::size_t c0, std::size_t len) {
+        for (std::size_t i = first + c0; i < first + c0 + len; ++i) {
+          const auto r = static_cast<std::int64_t>(i) / k, c = static_cast<std::int64_t>(i) % k;
+          codes[i - first] = encode_e4m3(fill(i) / scales[(r / kBlockSize) * kb + c / kBlockSize]);
         }
-      Memory<Backend>::copy_from_host(codes + r0 * k, q.data(), q.size());
-      Memory<Backend>::copy_from_host(scales + b * kb * static_cast<std::int64_t>(sizeof(float)), s.data(),
-                                      s.size() * sizeof(float));
+      });
     });
+    return scales;
   }
 
   RuntimeOptions options_;
   Parallel parallel_;
+  Communicator<Backend>* comm_ = nullptr;
+  ParameterStore<Backend> store_;
   Embedding<Backend> embed_;
   std::vector<Block<Config, Backend>> layers_;
   RMSNorm<Backend> norm_;
@@ -388,11 +615,9 @@ class Transformer {
   RopeTable<Backend> rope_;
   bool ready_ = false;
   std::vector<std::int64_t> filled_;  // per sequence: positions [0, filled) are cached
-
-  typename Block<Config, Backend>::Scratch scratch_;
-  Tensor<bf16, Backend> h_, residual_, last_;
-  Tensor<std::int32_t, Backend> token_buf_;
-  Tensor<float, Backend> logits_;
+  ExecutionContext<Backend> exec_;
+  Buffer<std::byte, Backend> arena_;  // the weights that are not borrowed, in one allocation
+  ForwardScratch<Backend> scratch_;
 };
 
 /// @}

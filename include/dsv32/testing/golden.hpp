@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "dsv32/backend/cpu/kernels.hpp"
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/io/checkpoint.hpp"
@@ -59,6 +60,10 @@ struct GoldenCallReport {
   double gate_weight_error = 0;           ///< max relative weight error where the experts agree
   double intermediate_error = 0;          ///< max over the prefill intermediates
   std::string worst_intermediate;         ///< which one that was
+  std::int64_t intermediates = 0;         ///< prefill intermediates compared (the vectors hold them all)
+  std::int64_t gate_layers = 0;           ///< MoE layers whose routing was compared (prefill only)
+  std::vector<std::string> missing;       ///< what the vectors hold but the run did not report
+  std::vector<std::string> extra;         ///< what the run reported but the vectors do not hold
   std::vector<std::string> notes;         ///< first few disagreements, in words
 };
 
@@ -72,7 +77,8 @@ struct GoldenReport {
   bool passed() const {
     for (const auto& c : calls)
       if (c.logits_error > tolerances.logits || c.topk_mismatches || c.gate_mismatches ||
-          c.gate_weight_error > tolerances.gate_weights || c.intermediate_error > tolerances.intermediates)
+          c.gate_weight_error > tolerances.gate_weights || c.intermediate_error > tolerances.intermediates ||
+          !c.missing.empty() || !c.extra.empty())
         return false;
     return !calls.empty();
   }
@@ -90,8 +96,11 @@ struct GoldenReport {
       os << "  call " << c.index << " start_pos " << c.start_pos << " [" << c.batch << "x" << c.seq << "]: logits err "
          << c.logits_error << ", top-k " << c.topk_queries - c.topk_mismatches << "/" << c.topk_queries << " agree";
       if (c.gate_rows) os << ", experts " << c.gate_rows - c.gate_mismatches << "/" << c.gate_rows << " agree (weight err " << c.gate_weight_error << ")";
-      if (!c.worst_intermediate.empty()) os << ", intermediates err " << c.intermediate_error << " (" << c.worst_intermediate << ")";
+      if (!c.worst_intermediate.empty())
+        os << ", " << c.intermediates << " intermediates err " << c.intermediate_error << " (" << c.worst_intermediate << ")";
       os << '\n';
+      for (const auto& m : c.missing) os << "    missing from the run: " << m << '\n';
+      for (const auto& m : c.extra) os << "    not in the vectors: " << m << '\n';
       for (const auto& n : c.notes) os << "    " << n << '\n';
     }
     return os.str();
@@ -175,8 +184,12 @@ inline void note(GoldenCallReport& r, const std::string& s) {
 
 /// \brief Replays a golden scenario through Transformer<Config, Backend>.
 ///
+/// Every call's logits, every layer's indexer picks of every call, and for the prefill every
+/// intermediate and every MoE layer's routing the vectors hold are compared; anything the vectors hold
+/// that the run did not report (an observer hook a backend forgot), or the reverse, is listed in the
+/// call's report and fails it. Works on any backend: observers receive host copies.
 /// Throws Error if the scenario's config.json disagrees with Config (every field is listed), or its
-/// files are missing or malformed.
+/// files are missing or malformed (including logits of the wrong size).
 /// \tparam Config  compile-time config the scenario was generated with
 /// \tparam Backend backend tag
 template <class Config, class Backend = Cpu>
@@ -213,7 +226,13 @@ GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenToleran
     r.batch = logits.batch;
     r.seq = static_cast<std::int64_t>(tokens[0].size());
     const std::string step = "step" + std::to_string(index);
-    r.logits_error = detail::relative_error(logits.values, detail::read_f32(*expected, step + ".logits"));
+    {
+      const auto ref = detail::read_f32(*expected, step + ".logits");
+      DSV32_CHECK(ref.size() == logits.values.size(), invalid_file, step, ".logits holds ", ref.size(),
+                  " values, the model produced ", logits.values.size(), " (batch ", logits.batch, " x vocab ",
+                  logits.vocab, ")");
+      r.logits_error = detail::relative_error(logits.values, ref);
+    }
 
     for (int layer = 0; layer < Config::n_layers; ++layer) {
       const std::string key = step + ".layers." + std::to_string(layer) + ".topk";
@@ -222,6 +241,8 @@ GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenToleran
                   t.shape_str(), ", expected [", r.batch, ", ", r.seq, ", k]");
       const auto ref = detail::read_i64(*expected, key);
       const std::int64_t k = t.shape[2];
+      const auto reported = rec.topk.find(layer);
+      if (reported == rec.topk.end()) r.missing.push_back(key);
       for (std::int64_t b = 0; b < r.batch; ++b)
         for (std::int64_t s = 0; s < r.seq; ++s) {
           const std::int64_t visible = start + s + 1;
@@ -230,7 +251,9 @@ GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenToleran
             const std::int64_t p = ref[(b * r.seq + s) * k + j];
             if (p >= 0 && p < visible) want.insert(p);
           }
-          for (std::int32_t p : rec.topk[layer][{b, s}]) got.insert(p);
+          if (reported != rec.topk.end())
+            if (const auto q = reported->second.find({b, s}); q != reported->second.end())
+              got.insert(q->second.begin(), q->second.end());
           ++r.topk_queries;
           if (want != got) {
             ++r.topk_mismatches;
@@ -239,18 +262,38 @@ GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenToleran
           }
         }
     }
+    for (const auto& [layer, picks] : rec.topk)
+      if (layer < 0 || layer >= Config::n_layers) r.extra.push_back(step + ".layers." + std::to_string(layer) + ".topk");
 
     if (index == 0) {
+      // every activation the vectors hold for the prefill, and nothing else
+      for (const TensorInfo& t : expected->tensors()) {
+        const bool activation = t.name.starts_with("prefill.") && !t.name.ends_with(".gate_weights") &&
+                                !t.name.ends_with(".gate_indices");
+        if (activation && !rec.activations.count(t.name)) r.missing.push_back(t.name);
+      }
       for (const auto& [key, ours] : rec.activations) {
-        if (!expected->find(key)) continue;
+        if (!expected->find(key)) {
+          r.extra.push_back(key);
+          continue;
+        }
         const auto ref = detail::read_f32(*expected, key);
         DSV32_CHECK(ref.size() == ours.size(), invalid_file, key, " holds ", ref.size(), " values, the model produced ",
                     ours.size());
+        ++r.intermediates;
         const double e = detail::relative_error(ours, ref);
         if (e >= r.intermediate_error) {
           r.intermediate_error = e;
           r.worst_intermediate = key;
         }
+      }
+      // every MoE layer's routing the vectors hold, and nothing else
+      for (int layer = 0; layer < Config::n_layers; ++layer) {
+        const std::string base = "prefill.layers." + std::to_string(layer);
+        const bool in_vectors = expected->find(base + ".gate_indices") != nullptr;
+        const bool reported = rec.gate_weights.count(layer) != 0;
+        if (in_vectors && !reported) r.missing.push_back(base + ".gate_indices");
+        if (!in_vectors && reported) r.extra.push_back(base + ".gate_indices");
       }
       for (const auto& [layer, ours_w] : rec.gate_weights) {
         const std::string base = "prefill.layers." + std::to_string(layer);
@@ -261,6 +304,7 @@ GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenToleran
         const std::int64_t k = rec.gate_k, rows = static_cast<std::int64_t>(ours_e.size()) / k;
         DSV32_CHECK(static_cast<std::int64_t>(ref_e.size()) == rows * k, invalid_file, base,
                     ".gate_indices does not match the model's routing shape");
+        ++r.gate_layers;
         for (std::int64_t t = 0; t < rows; ++t) {
           std::map<std::int64_t, double> want, got;
           for (std::int64_t j = 0; j < k; ++j) {

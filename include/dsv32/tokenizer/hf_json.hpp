@@ -31,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/json.hpp"
 #include "dsv32/tokenizer/added_vocabulary.hpp"
 #include "dsv32/tokenizer/bpe_model.hpp"
 #include "dsv32/tokenizer/pre_tokenizer.hpp"
@@ -41,19 +42,16 @@ namespace dsv32::bpe {
 /// \addtogroup tokenizer
 /// @{
 
-/// \brief Reads and parses a JSON file.
-/// \throws Error(io) when it cannot be read, Error(invalid_file) when it is not JSON.
+/// \brief Reads and parses a JSON file strictly (parse_json_strict(): no key twice in one object,
+///        nesting at most kMaxJsonDepth deep, so that the recursive checks below stay shallow).
+/// \throws Error(io) when it cannot be read, Error(invalid_file) when it is not such JSON.
 inline nlohmann::json read_json_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(ErrorKind::io, "cannot open ", path.string());
   std::ostringstream buffer;
   buffer << in.rdbuf();
   if (in.bad()) fail(ErrorKind::io, "cannot read ", path.string());
-  try {
-    return nlohmann::json::parse(buffer.str());
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(ErrorKind::invalid_file, path.string(), ": not valid JSON: ", e.what());
-  }
+  return parse_json_strict(buffer.str(), path.string(), ErrorKind::invalid_file);
 }
 
 /// \brief A JSON value together with where it is (file and field path), for error messages.
@@ -165,21 +163,26 @@ class JsonNode {
 };
 
 /// \brief Checks `normalizer`: null or (nested) empty `Sequence`s.
-inline void check_normalizer(const JsonNode& normalizer) {
+/// \param normalizer the `normalizer` value
+/// \param depth      how deep inside other Sequences it is (the recursion is bounded: a document
+///                   built in memory has not been through read_json_file()'s depth limit)
+inline void check_normalizer(const JsonNode& normalizer, int depth = 0) {
   if (normalizer.is_null()) return;
+  if (depth >= kMaxJsonDepth) normalizer.unsupported("normalizer Sequences nested deeper than ", kMaxJsonDepth, " levels");
   const std::string type = normalizer.type();
   if (type != "Sequence") {
     normalizer.unsupported("normalizer type \"", type, "\" is not supported (only none or an empty Sequence)");
   }
   const JsonNode list = normalizer.at("normalizers");
-  for (std::size_t i = 0; i < list.array_size(); ++i) check_normalizer(list[i]);
+  for (std::size_t i = 0; i < list.array_size(); ++i) check_normalizer(list[i], depth + 1);
 }
 
 namespace detail {
-inline void flatten_pre_tokenizers(const JsonNode& node, std::vector<JsonNode>& steps) {
+inline void flatten_pre_tokenizers(const JsonNode& node, std::vector<JsonNode>& steps, int depth = 0) {
   if (node.type() == "Sequence") {
+    if (depth >= kMaxJsonDepth) node.unsupported("pre_tokenizer Sequences nested deeper than ", kMaxJsonDepth, " levels");
     const JsonNode list = node.at("pretokenizers");
-    for (std::size_t i = 0; i < list.array_size(); ++i) flatten_pre_tokenizers(list[i], steps);
+    for (std::size_t i = 0; i < list.array_size(); ++i) flatten_pre_tokenizers(list[i], steps, depth + 1);
   } else {
     steps.push_back(node);
   }

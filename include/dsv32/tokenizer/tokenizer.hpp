@@ -1,6 +1,6 @@
 /// \file
 /// \brief dsv32::Tokenizer — text to token ids and back, as the Hugging Face `tokenizers` library
-///        does for DeepSeek-V3's `tokenizer.json` — and dsv32::StreamDecoder for streaming output.
+///        does for DeepSeek's `tokenizer.json` (V3, V3.2-Exp) — and dsv32::StreamDecoder for streaming output.
 ///
 /// Encoding runs: UTF-8 check -> added tokens (bos, `<｜User｜>`, ...) cut out of the text ->
 /// pre-tokenizer regex splits -> byte-level BPE per piece. Decoding maps each id to its bytes
@@ -44,10 +44,13 @@ struct TokenizerOptions {
   /// Entries of the BPE word cache, which each encoding thread keeps for itself (64 bytes each,
   /// so the default is 1 MiB per thread; 0 disables the cache).
   std::size_t cache_capacity = 16384;
-  /// Refuse apply_chat_template() unless tokenizer_config.json holds exactly the DeepSeek-V3
-  /// template implemented by ChatTemplate. Set to false to render with the DeepSeek-V3 rules
-  /// whatever the file says (or when it has no template).
+  /// Refuse apply_chat_template() unless tokenizer_config.json holds exactly one of the templates
+  /// implemented by ChatTemplate (DeepSeek-V3.2-Exp's or DeepSeek-V3's). Set to false to render an
+  /// unknown or missing template with the rules of fallback_chat_template instead.
   bool require_known_chat_template = true;
+  /// The rules apply_chat_template() uses when the file's template is not recognized and
+  /// require_known_chat_template is false (a recognized template always uses its own rules).
+  ChatTemplateKind fallback_chat_template = ChatTemplateKind::deepseek_v3_2_exp;
 };
 
 namespace detail {
@@ -73,6 +76,7 @@ struct TokenizerCore {
   std::optional<std::int32_t> eos_id;
   std::optional<std::int32_t> pad_id;
   ChatTemplate chat_template;
+  std::optional<ChatTemplateKind> chat_template_kind;  // the file's template, when recognized
   bool require_known_chat_template = true;
 
   std::string_view decoded(std::int32_t id) const noexcept {
@@ -89,9 +93,10 @@ struct TokenizerCore {
     if (is_known(id)) return;
     if (id < 0 || static_cast<std::size_t>(id) >= flags.size()) {
       fail(ErrorKind::invalid_argument, what, ": token id ", id, " at position ", position,
-           " is out of range (vocab_size ", flags.size(), ")");
+           " is outside the tokenizer's vocabulary [0, ", flags.size(), ")");
     }
-    fail(ErrorKind::invalid_argument, what, ": token id ", id, " at position ", position, " has no token");
+    fail(ErrorKind::invalid_argument, what, ": token id ", id, " at position ", position,
+         " has no token in the tokenizer's vocabulary [0, ", flags.size(), ")");
   }
 
   std::optional<std::int32_t> token_to_id(std::string_view token) const {
@@ -224,7 +229,9 @@ inline std::shared_ptr<const TokenizerCore> build_tokenizer_core(const nlohmann:
   if (core->config.add_eos_token && !core->eos_id) {
     fail(ErrorKind::invalid_file, config_file, ": add_eos_token is true but there is no eos_token");
   }
-  core->chat_template = ChatTemplate(core->config.bos_token.value_or(""));
+  if (core->config.chat_template) core->chat_template_kind = ChatTemplate::recognize(*core->config.chat_template);
+  core->chat_template = ChatTemplate(core->chat_template_kind.value_or(options.fallback_chat_template),
+                                     core->config.bos_token.value_or(""));
   core->require_known_chat_template = options.require_known_chat_template;
   return core;
 }
@@ -309,34 +316,54 @@ class Tokenizer {
   StreamDecoder stream_decoder(bool skip_special_tokens = false) const;
 
   /// \brief The prompt text of a conversation, rendered as tokenizer_config.json's chat template
-  ///        does (see ChatTemplate for what is supported).
-  /// \throws Error(unsupported) when the file's template is not the one implemented and
-  ///         TokenizerOptions::require_known_chat_template is set; errors of ChatTemplate::render.
-  std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
-    if (core_->require_known_chat_template) {
+  ///        does (see ChatTemplate for the two templates implemented and what they render).
+  /// \param messages the conversation
+  /// \param options  add_generation_prompt and thinking, as the template's variables
+  /// \throws Error(unsupported) when the file's template is missing or not one of those implemented
+  ///         and TokenizerOptions::require_known_chat_template is set; errors of ChatTemplate::render.
+  std::string apply_chat_template(std::span<const ChatMessage> messages, const ChatTemplateOptions& options) const {
+    if (core_->require_known_chat_template && !core_->chat_template_kind) {
       const std::optional<std::string>& source = core_->config.chat_template;
       if (!source) {
         fail(ErrorKind::unsupported,
              "tokenizer_config.json has no chat_template; set TokenizerOptions::require_known_chat_template = "
-             "false to use the DeepSeek-V3 rules anyway");
+             "false to render with the rules of TokenizerOptions::fallback_chat_template");
       }
-      if (!ChatTemplate::is_deepseek_v3(*source)) {
-        fail(ErrorKind::unsupported, "tokenizer_config.json chat_template (", source->size(),
-             " bytes, fingerprint 0x", std::hex, ChatTemplate::fingerprint(*source),
-             ") is not the DeepSeek-V3 template this library implements (fingerprint 0x",
-             ChatTemplate::deepseek_v3_fingerprint, std::dec,
-             "); set TokenizerOptions::require_known_chat_template = false to render with the DeepSeek-V3 "
-             "rules anyway");
-      }
+      fail(ErrorKind::unsupported, "tokenizer_config.json chat_template (", source->size(), " bytes, fingerprint 0x",
+           std::hex, ChatTemplate::fingerprint(*source),
+           ") is neither of the templates this library implements (DeepSeek-V3.2-Exp's, fingerprint 0x",
+           ChatTemplate::deepseek_v3_2_exp_fingerprint, "; DeepSeek-V3's, fingerprint 0x",
+           ChatTemplate::deepseek_v3_fingerprint, std::dec,
+           "); set TokenizerOptions::require_known_chat_template = false to render with the rules of "
+           "TokenizerOptions::fallback_chat_template");
     }
-    return core_->chat_template.render(messages, add_generation_prompt);
+    return core_->chat_template.render(messages, options);
+  }
+
+  /// \brief apply_chat_template() without thinking mode.
+  std::string apply_chat_template(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
+    return apply_chat_template(messages, ChatTemplateOptions{.add_generation_prompt = add_generation_prompt});
   }
 
   /// \brief Token ids of a conversation: apply_chat_template() then encode() (the rendered text
   ///        already starts with bos, so none is added).
+  std::vector<std::int32_t> encode_chat(std::span<const ChatMessage> messages, const ChatTemplateOptions& options) const {
+    return encode(apply_chat_template(messages, options), false);
+  }
+
+  /// \brief encode_chat() without thinking mode.
   std::vector<std::int32_t> encode_chat(std::span<const ChatMessage> messages, bool add_generation_prompt) const {
     return encode(apply_chat_template(messages, add_generation_prompt), false);
   }
+
+  /// \brief Which implemented template tokenizer_config.json's `chat_template` is, or nullopt when
+  ///        it has none or an unknown one.
+  std::optional<ChatTemplateKind> chat_template_kind() const noexcept { return core_->chat_template_kind; }
+
+  /// \brief The template apply_chat_template() renders with: the file's when recognized, else
+  ///        TokenizerOptions::fallback_chat_template's rules (used only when
+  ///        TokenizerOptions::require_known_chat_template is false).
+  const ChatTemplate& chat_template() const noexcept { return core_->chat_template; }
 
   /// \brief Id of tokenizer_config.json's bos_token, if it names one.
   std::optional<std::int32_t> bos_id() const noexcept { return core_->bos_id; }

@@ -144,7 +144,7 @@ inline void softmax_to_bf16(float* p, std::int64_t n) {
 /// \param out      [S, H, v] bf16
 inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, std::int64_t S, std::int64_t H,
                              std::int64_t nope, std::int64_t rope, std::int64_t v, const std::int32_t* selected,
-                             const std::int64_t* count, std::int64_t k_max, float scale, bf16* out) {
+                             const std::int32_t* count, std::int64_t k_max, float scale, bf16* out) {
   const std::int64_t dq = nope + rope, dkv = nope + v;
   parallel_for(S, k_max * H * (dq + dkv), [&](std::int64_t s) {
     // Positions outer, heads inner: each selected position's keys and values for all heads are one
@@ -252,13 +252,14 @@ namespace dsv32::cpu {
 /// \param count    [S] how many positions each query selected: min(k, start_pos + s + 1)
 inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t S,
                          std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
-                         std::int64_t start_pos, std::int64_t k, std::int32_t* selected, std::int64_t* count) {
+                         std::int64_t start_pos, std::int64_t k, std::int32_t* selected, std::int32_t* count) {
   const std::int64_t T = start_pos + S;
   std::vector<std::int64_t> visible(static_cast<std::size_t>(S));
   for (std::int64_t s = 0; s < S; ++s) visible[s] = start_pos + s + 1;
   std::vector<float> scores(static_cast<std::size_t>(S * T));
   index_scores(q_codes, q_weight, q_scale, S, H, D, k_codes, k_scale, T, visible.data(), scores.data());
-  for (std::int64_t s = 0; s < S; ++s) count[s] = top_k(scores.data() + s * T, visible[s], k, selected + s * k);
+  for (std::int64_t s = 0; s < S; ++s)
+    count[s] = static_cast<std::int32_t>(top_k(scores.data() + s * T, visible[s], k, selected + s * k));
 }
 
 /// \brief Projects q_nope into the latent space through wkv_b's key rows (the absorbed decode form):
@@ -272,7 +273,7 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
 /// \param wkv_b  [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use)
 /// \param q_lat  [T, H, C] bf16
 inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
-                         std::int64_t v, const WeightView& wkv_b, bf16* q_lat) {
+                         std::int64_t v, const WeightView<>& wkv_b, bf16* q_lat) {
   detail::check_weight_dtype(wkv_b, "absorb_query");
   const std::int64_t C = wkv_b.in;
   parallel_for(H, (T + 1) * nope * C, [&](std::int64_t h) {
@@ -299,7 +300,7 @@ inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int
 /// \param wkv_b [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use)
 /// \param out   [T, H, v] bf16
 inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t v,
-                           const WeightView& wkv_b, bf16* out) {
+                           const WeightView<>& wkv_b, bf16* out) {
   detail::check_weight_dtype(wkv_b, "project_values");
   const std::int64_t C = wkv_b.in;
   parallel_for(H, (T + 1) * v * C, [&](std::int64_t h) {

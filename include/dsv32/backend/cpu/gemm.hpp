@@ -29,7 +29,7 @@
 #include "dsv32/backend/cpu/simd/gemm_avx512.hpp"
 #include "dsv32/backend/cpu/simd/gemm_portable.hpp"
 #include "dsv32/backend/cpu/simd/isa.hpp"
-#include "dsv32/backend/weight_view.hpp"
+#include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/numeric.hpp"
@@ -92,7 +92,7 @@ inline const simd::GemmOps& gemm_ops() {
 /// \param n   rows, with r0 + n <= w.out
 /// \param out [n, w.in] f32
 /// \throws Error(unsupported) for a dtype other than BF16, F32 or F8_E4M3
-inline void weight_rows_f32(const WeightView& w, std::int64_t r0, std::int64_t n, float* out) {
+inline void weight_rows_f32(const WeightView<>& w, std::int64_t r0, std::int64_t n, float* out) {
   const std::int64_t K = w.in;
   switch (w.dtype) {
     case DType::F32: {
@@ -122,12 +122,12 @@ namespace detail {
 
 /// Refuses a weight dtype the products cannot read, before any parallel loop: an exception thrown
 /// inside an OpenMP region would terminate the program instead of reaching the caller.
-inline void check_weight_dtype(const WeightView& w, const char* op) {
+inline void check_weight_dtype(const WeightView<>& w, const char* op) {
   DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32 || w.dtype == DType::F8_E4M3, unsupported, op,
               ": weight dtype ", dtype_name(w.dtype), " in a matrix product (BF16, F32 or F8_E4M3 expected)");
 }
 
-inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView& w, std::int64_t y_rows,
+inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView<>& w, std::int64_t y_rows,
                                 std::int64_t y_cols) {
   DSV32_CHECK(x.cols == w.in && y_cols == w.out && y_rows == x.rows, invalid_argument, "linear: input [", x.rows,
               ", ", x.cols, "] and output [", y_rows, ", ", y_cols, "] do not fit weight [", w.out, ", ", w.in, "]");
@@ -154,7 +154,7 @@ inline std::int64_t chunk_rows(std::int64_t n, std::int64_t want_tasks, std::int
 
 /// y = x W^T for a BF16 or F32 weight; store(m0, rows, n0, cols, tile, ld) receives f32 tiles.
 template <class Store>
-void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const WeightView& w, Store&& store) {
+void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const WeightView<>& w, Store&& store) {
   const std::int64_t M = x.rows, N = w.out, K = w.in;
   const int nr = ops.nr, mr = ops.mr;
   const auto micro = w.dtype == DType::F32 ? ops.micro_rounded_products : ops.micro_exact_products;
@@ -224,7 +224,7 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
 /// over the blocks in increasing k in f32 — the reference's arithmetic. store() as dense_product().
 template <class Store>
 void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* xs, std::int64_t M,
-                 const WeightView& w, Fp8Accumulation mode, Store&& store) {
+                 const WeightView<>& w, Fp8Accumulation mode, Store&& store) {
   const std::int64_t N = w.out, K = w.in, KB = K / kPanelK, sc = w.scale_cols();
   const auto* wq = static_cast<const std::uint8_t*>(w.data);
   if (M <= 8) {
@@ -347,7 +347,7 @@ inline void matmul_exact_products(std::int64_t M, std::int64_t N, std::int64_t K
 /// \param w   [out, in] BF16, F32 or F8_E4M3 (then x is quantized per 1x128 block with `fmt`)
 /// \param fmt activation scale format for FP8 weights
 /// \param y   [M, out] bf16
-inline void linear(MatrixView<const bf16> x, const WeightView& w, ScaleFmt fmt, MatrixView<bf16> y) {
+inline void linear(MatrixView<const bf16> x, const WeightView<>& w, ScaleFmt fmt, MatrixView<bf16> y) {
   detail::check_linear_shapes(x, w, y.rows, y.cols);
   detail::check_weight_dtype(w, "linear");
   if (x.rows == 0) return;
@@ -376,7 +376,7 @@ inline void linear(MatrixView<const bf16> x, const WeightView& w, ScaleFmt fmt, 
 /// \param x [M, in] bf16
 /// \param w [out, in] BF16 or F32
 /// \param y [M, out] f32
-inline void linear_f32(MatrixView<const bf16> x, const WeightView& w, MatrixView<float> y) {
+inline void linear_f32(MatrixView<const bf16> x, const WeightView<>& w, MatrixView<float> y) {
   detail::check_linear_shapes(x, w, y.rows, y.cols);
   DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32, invalid_argument,
               "f32 linear needs a BF16 or F32 weight, got ", dtype_name(w.dtype));

@@ -1,10 +1,18 @@
 /// \file
-/// \brief Kernels<Cpu>: the complete list of operations a backend provides to the layers, implemented
-///        for the CPU with Eigen (see the cpu/ headers for each operation's definition).
+/// \brief Kernels<Cpu>: the complete list of operations a backend provides to the layers (the Kernels
+///        contract), implemented for the CPU with Eigen (see the cpu/ headers for each operation).
 ///
-/// The layers call only these functions and Memory<Backend>; a backend implements the same static
-/// functions with the same shapes (pointers then address that backend's memory).
+/// The layers call only these functions, Memory<Backend> and the communicator. Every function takes
+/// the model's ExecutionContext first and views of the backend's memory space (here Host); a backend
+/// implements the same static functions with the same shapes and rounding points, ordered on its
+/// context (a CUDA stream), and reads nothing back to the host. docs/backends.md lists the contract
+/// with each entry's numerics; testing::HostInvisible checks that a backend's layers never touch its
+/// memory from the host.
 #pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
 
 #include "dsv32/backend/backend.hpp"
 #include "dsv32/backend/cpu/attention.hpp"
@@ -14,9 +22,10 @@
 #include "dsv32/backend/cpu/moe.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
 #include "dsv32/backend/cpu/rope.hpp"
+#include "dsv32/backend/kernel_args.hpp"
 
 /// \namespace dsv32::cpu
-/// \brief The CPU backend's kernels as free functions on raw pointers and MatrixView; Kernels<Cpu>
+/// \brief The CPU backend's kernels as free functions on host pointers and views; Kernels<Cpu>
 ///        forwards to them. Host memory only; OpenMP parallelizes the loops worth a thread team.
 
 namespace dsv32 {
@@ -25,113 +34,267 @@ namespace dsv32 {
 /// @{
 
 /// \brief The CPU backend's operations: thin forwards to the cpu:: functions, whose documentation
-///        (shapes, dtypes, rounding) each member repeats.
+///        (shapes, dtypes, rounding) each member repeats or refers to.
 template <>
 struct Kernels<Cpu> {
-  using RoutingParams = cpu::RoutingParams;  ///< the gate's routing fields, as route() takes them
+  using Context = ExecutionContext<Cpu>;  ///< the context every call takes
+  /// \brief A matrix view of the backend's memory.
+  template <class T>
+  using Mat = MatrixView<T, Host>;
+  /// \brief An array view of the backend's memory.
+  template <class T>
+  using Vec = VectorView<T, Host>;
+  using Weight = WeightView<Host>;  ///< a weight of the backend's memory
 
   // [n] ids -> [n, dim]
-  /// \copydoc dsv32::cpu::embedding
-  static void embedding(const std::int32_t* tokens, std::int64_t n, MatrixView<const bf16> table, std::int64_t first_id,
-                        MatrixView<bf16> out) { cpu::embedding(tokens, n, table, first_id, out); }
+  /// \brief Embedding rows of the tokens in [first_id, first_id + table.rows); other tokens get zero
+  ///        rows (cpu::embedding()).
+  /// \param ctx the model's context \param tokens [n] ids \param table [part_vocab, dim] bf16
+  /// \param first_id id of the table's row 0 \param out [n, dim] bf16
+  static void embedding(Context& ctx, Vec<const std::int32_t> tokens, Mat<const bf16> table, std::int64_t first_id,
+                        Mat<bf16> out) {
+    (void)ctx;
+    cpu::embedding(tokens.data, tokens.size, table, first_id, out);
+  }
   // [rows, dim] -> [rows, dim]
-  /// \copydoc dsv32::cpu::rms_norm
-  static void rms_norm(MatrixView<const bf16> x, const float* w, float eps, MatrixView<bf16> y) {
-    cpu::rms_norm(x, w, eps, y);
+  /// \brief y = bf16(w * (x * rsqrt(mean(x^2) + eps))), in f32 (cpu::rms_norm()).
+  /// \param ctx the model's context \param x [rows, dim] \param w [dim] f32 \param eps epsilon
+  /// \param y [rows, dim] (may alias x)
+  static void rms_norm(Context& ctx, Mat<const bf16> x, Vec<const float> w, float eps, Mat<bf16> y) {
+    (void)ctx;
+    cpu::rms_norm(x, w.data, eps, y);
   }
   // [rows, dim], residual [rows, dim] in/out -> [rows, dim]
-  /// \copydoc dsv32::cpu::rms_norm_residual
-  static void rms_norm_residual(MatrixView<const bf16> x, MatrixView<bf16> residual, const float* w, float eps,
-                                MatrixView<bf16> y) { cpu::rms_norm_residual(x, residual, w, eps, y); }
+  /// \brief s = f32(x) + f32(residual); residual = bf16(s); y = RMSNorm(s) (cpu::rms_norm_residual()).
+  /// \param ctx the model's context \param x [rows, dim] \param residual [rows, dim], updated
+  /// \param w [dim] f32 \param eps epsilon \param y [rows, dim] (may alias x)
+  static void rms_norm_residual(Context& ctx, Mat<const bf16> x, Mat<bf16> residual, Vec<const float> w, float eps,
+                                Mat<bf16> y) {
+    (void)ctx;
+    cpu::rms_norm_residual(x, residual, w.data, eps, y);
+  }
   // [rows, dim] -> [rows, dim]
-  /// \copydoc dsv32::cpu::layer_norm
-  static void layer_norm(MatrixView<const bf16> x, const float* w, const float* b, float eps, MatrixView<bf16> y) {
-    cpu::layer_norm(x, w, b, eps, y);
+  /// \brief y = bf16((x - mean) * rsqrt(var + eps) * w + b), in f32 (cpu::layer_norm()).
+  /// \param ctx the model's context \param x [rows, dim] \param w, b [dim] f32 \param eps epsilon
+  /// \param y [rows, dim] (may alias x)
+  static void layer_norm(Context& ctx, Mat<const bf16> x, Vec<const float> w, Vec<const float> b, float eps,
+                         Mat<bf16> y) {
+    (void)ctx;
+    cpu::layer_norm(x, w.data, b.data, eps, y);
   }
   // [M, in] x [out, in]^T -> [M, out] bf16
-  /// \copydoc dsv32::cpu::linear
-  static void linear(MatrixView<const bf16> x, const WeightView& w, ScaleFmt fmt, MatrixView<bf16> y) {
+  /// \brief y = bf16(x W^T), f32 accumulation; FP8 weights against 1x128-quantized x with exact
+  ///        block dot products (cpu::linear()).
+  /// \param ctx the model's context \param x [M, in] bf16 (rows may be strided) \param w [out, in]
+  /// \param fmt activation scale format for FP8 weights \param y [M, out] bf16
+  static void linear(Context& ctx, Mat<const bf16> x, const Weight& w, ScaleFmt fmt, Mat<bf16> y) {
+    (void)ctx;
     cpu::linear(x, w, fmt, y);
   }
   // [M, in] x [out, in]^T -> [M, out] f32
-  /// \copydoc dsv32::cpu::linear_f32
-  static void linear_f32(MatrixView<const bf16> x, const WeightView& w, MatrixView<float> y) { cpu::linear_f32(x, w, y); }
+  /// \brief y = f32(x) f32(W)^T, all f32 (gate scores, the head) (cpu::linear_f32()).
+  /// \param ctx the model's context \param x [M, in] bf16 (rows may be strided) \param w [out, in]
+  ///        BF16 or F32 \param y [M, out] f32
+  static void linear_f32(Context& ctx, Mat<const bf16> x, const Weight& w, Mat<float> y) {
+    (void)ctx;
+    cpu::linear_f32(x, w, y);
+  }
   // [rows, cols] -> codes [rows, cols], scales [rows, cols / 128]
   /// \brief Quantizes bf16 activations to E4M3 per 1x128 block (cpu::act_quant()).
+  /// \param ctx   the model's context
   /// \param x     [rows, cols] bf16, cols a multiple of 128
   /// \param fmt   activation scale format
   /// \param codes [rows, cols] E4M3 codes: e4m3(clamp(x / s, -448, 448))
   /// \param s     [rows, cols / 128] f32 block scales
-  static void act_quant(MatrixView<const bf16> x, ScaleFmt fmt, MatrixView<std::uint8_t> codes, MatrixView<float> s) {
+  static void act_quant(Context& ctx, Mat<const bf16> x, ScaleFmt fmt, Mat<std::uint8_t> codes, Mat<float> s) {
+    (void)ctx;
     cpu::act_quant(x, fmt, codes, s);
   }
-  // in place, [tokens, heads, rope_dim] strided
-  /// \copydoc dsv32::cpu::rope
-  static void rope(bf16* data, std::int64_t tokens, std::int64_t token_stride, std::int64_t heads,
-                   std::int64_t head_stride, std::int64_t rope_dim, std::int64_t seq_len, std::int64_t start_pos,
-                   const float* cos, const float* sin, bool interleaved) {
-    cpu::rope(data, tokens, token_stride, heads, head_stride, rope_dim, seq_len, start_pos, cos, sin, interleaved);
+  // in place, rows (token, head) of [tokens * heads, rope_dim]
+  /// \brief Rotates rows in place in f32, rounding to bf16 (cpu::rope()): row r belongs to token
+  ///        r / heads, which sits at position start_pos + (r / heads) % seq_len.
+  /// \param ctx the model's context
+  /// \param x [tokens * heads, rope_dim] bf16, rows `x.stride` apart (the RoPE slice of each head)
+  /// \param heads heads per token \param seq_len tokens per sequence of the call
+  /// \param start_pos position of each sequence's first token
+  /// \param cos, sin [max_seq_len, rope_dim / 2] f32 tables \param interleaved pairs (2i, 2i+1) or (i, i + d/2)
+  static void rope(Context& ctx, Mat<bf16> x, std::int64_t heads, std::int64_t seq_len, std::int64_t start_pos,
+                   Mat<const float> cos, Mat<const float> sin, bool interleaved) {
+    (void)ctx;
+    cpu::rope(x.data, x.rows / heads, heads * x.stride, heads, x.stride, x.cols, seq_len, start_pos, cos.data, sin.data,
+              interleaved);
   }
   // in place, [rows, n]
-  /// \copydoc dsv32::cpu::hadamard
-  static void hadamard(MatrixView<bf16> x) { cpu::hadamard(x); }
+  /// \brief In-place Walsh-Hadamard transform of each row scaled by n^-0.5, f32 inside (cpu::hadamard()).
+  /// \param ctx the model's context \param x [rows, n] bf16, n a power of two
+  static void hadamard(Context& ctx, Mat<bf16> x) {
+    (void)ctx;
+    cpu::hadamard(x);
+  }
   // [rows, n], [rows, n] -> [rows, n]
-  /// \copydoc dsv32::cpu::silu_mul
-  static void silu_mul(MatrixView<const bf16> a, MatrixView<const bf16> b, MatrixView<bf16> out) {
+  /// \brief out = bf16(silu(f32(a)) * f32(b)) (cpu::silu_mul()).
+  /// \param ctx the model's context \param a, b [rows, n] bf16 \param out [rows, n] (may alias a)
+  static void silu_mul(Context& ctx, Mat<const bf16> a, Mat<const bf16> b, Mat<bf16> out) {
+    (void)ctx;
     cpu::silu_mul(a, b, out);
   }
-  // one sequence: q [S, H, D], k cache [T, D] -> selected [S, k], count [S]
-  /// \copydoc dsv32::cpu::indexer_topk
-  static void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t S,
-                           std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
-                           std::int64_t start_pos, std::int64_t k, std::int32_t* selected, std::int64_t* count) {
-    cpu::indexer_topk(q_codes, q_weight, q_scale, S, H, D, k_codes, k_scale, start_pos, k, selected, count);
+  // q [B * S * H, D], k cache [max_batch * max_seq, D] -> selected [B * S, k], count [B * S]
+  /// \brief The lightning indexer's selection for every query of the call (all sequences).
+  ///
+  /// Query s of sequence b sits at position start_pos + s and sees the cached keys
+  /// [0, start_pos + s] of its sequence (rows b * cache_rows + t of the cache). Head weights are
+  /// w_h = bf16(f32(head_weights[b s, h]) * head_scale); with one 128-block (D = 128, the model's)
+  /// score[t] = sum_h relu(q_h . k_t) * ((w_h * q_scale_h) * dim_scale) * k_scale_t in f32 with
+  /// exact E4M3 products — the reference's expression; with several blocks the dot product is
+  /// dequantized per block (sum_b (q_hb . k_tb) * q_scale_hb * k_scale_tb) before the relu, then
+  /// weighted by w_h * dim_scale. The top min(k, start_pos + s + 1) positions are kept, highest first
+  /// (ties: lower position first).
+  /// \param ctx          the model's context
+  /// \param q_codes      [B * S * H, D] E4M3 codes of the queries
+  /// \param q_scale      [B * S * H, D / 128] f32 query scales
+  /// \param head_weights [B * S, H] bf16: weights_proj(x)
+  /// \param head_scale   n_heads^-0.5
+  /// \param dim_scale    index_head_dim^-0.5
+  /// \param k_codes      [max_batch * cache_rows, D] E4M3 key cache (this call's keys written)
+  /// \param k_scale      [max_batch * cache_rows, D / 128] f32 key scales
+  /// \param cache_rows   cache rows per sequence (max_seq_len)
+  /// \param batch        sequences B \param start_pos position of each sequence's first query
+  /// \param selected     [B * S, k] positions (k = its columns); count[i] of row i valid
+  /// \param count        [B * S] how many positions each query selected
+  static void indexer_topk(Context& ctx, Mat<const std::uint8_t> q_codes, Mat<const float> q_scale,
+                           Mat<const bf16> head_weights, float head_scale, float dim_scale,
+                           Mat<const std::uint8_t> k_codes, Mat<const float> k_scale, std::int64_t cache_rows,
+                           std::int64_t batch, std::int64_t start_pos, Mat<std::int32_t> selected,
+                           Vec<std::int32_t> count) {
+    (void)ctx;
+    const std::int64_t T = head_weights.rows, H = head_weights.cols, S = T / batch, D = q_codes.cols;
+    const std::int64_t blocks = q_scale.cols, k = selected.cols;
+    // The CPU scorer takes one f32 weight per head: with one block the reference's (w * q_scale) * d^-0.5,
+    // with several w * d^-0.5 (it applies the block scales itself).
+    std::vector<float> weight(static_cast<std::size_t>(T * H));
+    for (std::int64_t t = 0; t < T; ++t)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const float w = round_bf16(static_cast<float>(head_weights.row(t)[h]) * head_scale);
+        weight[t * H + h] = blocks == 1 ? w * q_scale.row(t * H + h)[0] * dim_scale : w * dim_scale;
+      }
+    for (std::int64_t b = 0; b < batch; ++b)
+      cpu::indexer_topk(q_codes.row(b * S * H), weight.data() + b * S * H, q_scale.row(b * S * H), S, H, D,
+                        k_codes.row(b * cache_rows), k_scale.row(b * cache_rows), start_pos, k,
+                        selected.row(b * S), count.data + b * S);
   }
-  // one sequence: q [S, H, nope + rope], kv [T, H, nope + v], k_pe [T, rope] -> [S, H, v]
-  /// \copydoc dsv32::cpu::sparse_attention
-  static void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, std::int64_t S, std::int64_t H,
-                               std::int64_t nope, std::int64_t rope, std::int64_t v, const std::int32_t* selected,
-                               const std::int64_t* count, std::int64_t k_max, float scale, bf16* out) {
-    cpu::sparse_attention(q, kv, k_pe, S, H, nope, rope, v, selected, count, k_max, scale, out);
+  // one sequence: q [S, H (nope + rope)], kv [T, H (nope + v)], k_pe [T, rope] -> [S, H v]
+  /// \brief MLA prefill attention of one sequence over its selected positions (cpu::sparse_attention()):
+  ///        fp32 scores times `scale`, fp32 softmax, probabilities rounded to bf16, bf16 output.
+  /// \param ctx the model's context
+  /// \param q        [S, H * (nope + rope)] bf16 queries (q_pe rotated)
+  /// \param kv       [T, H * (nope + v)] bf16: wkv_b applied to the sequence's cached latents
+  /// \param k_pe     [T, rope] bf16 rotated key parts (the sequence's pe cache)
+  /// \param heads    H \param nope qk_nope_head_dim \param v v_head_dim
+  /// \param selected [S, k] positions; count[s] of them valid \param count [S] each in [1, k]
+  /// \param scale    softmax scale \param out [S, H * v] bf16
+  static void sparse_attention(Context& ctx, Mat<const bf16> q, Mat<const bf16> kv, Mat<const bf16> k_pe,
+                               std::int64_t heads, std::int64_t nope, std::int64_t v, Mat<const std::int32_t> selected,
+                               Vec<const std::int32_t> count, float scale, Mat<bf16> out) {
+    (void)ctx;
+    cpu::sparse_attention(q.data, kv.data, k_pe.data, q.rows, heads, nope, k_pe.cols, v, selected.data, count.data,
+                          selected.stride, scale, out.data);
   }
-  // one token: q_lat [H, C], q_pe [H, rope], caches [T, C] and [T, rope] -> [H, C]
-  /// \copydoc dsv32::cpu::latent_attention
-  static void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q_pe_stride, const bf16* kv_cache,
-                               const bf16* pe_cache, std::int64_t H, std::int64_t C, std::int64_t rope,
-                               const std::int32_t* selected, std::int64_t n, float scale, bf16* out) {
-    cpu::latent_attention(q_lat, q_pe, q_pe_stride, kv_cache, pe_cache, H, C, rope, selected, n, scale, out);
+  // B tokens (one per sequence): q_lat [B H, C], q_pe [B H, rope], caches -> [B H, C]
+  /// \brief MLA decode attention in the absorbed form for one token of each of `batch` sequences
+  ///        (cpu::latent_attention()), reading each token's count from `count`.
+  /// \param ctx        the model's context
+  /// \param q_lat      [B * H, C] bf16 absorbed queries
+  /// \param q_pe       [B * H, rope] bf16 rotated query parts (rows may be strided)
+  /// \param kv_cache   [max_batch * cache_rows, C] bf16 latent cache
+  /// \param pe_cache   [max_batch * cache_rows, rope] bf16
+  /// \param cache_rows cache rows per sequence (max_seq_len)
+  /// \param heads      H
+  /// \param selected   [B, k] positions \param count [B] valid positions per row, each >= 1
+  /// \param scale      softmax scale \param out [B * H, C] bf16 latent output
+  static void latent_attention(Context& ctx, Mat<const bf16> q_lat, Mat<const bf16> q_pe, Mat<const bf16> kv_cache,
+                               Mat<const bf16> pe_cache, std::int64_t cache_rows, std::int64_t heads,
+                               Mat<const std::int32_t> selected, Vec<const std::int32_t> count, float scale,
+                               Mat<bf16> out) {
+    (void)ctx;
+    const std::int64_t C = q_lat.cols;
+    for (std::int64_t b = 0; b < selected.rows; ++b)
+      cpu::latent_attention(q_lat.row(b * heads), q_pe.row(b * heads), q_pe.stride, kv_cache.row(b * cache_rows),
+                            pe_cache.row(b * cache_rows), heads, C, pe_cache.cols, selected.row(b), count.data[b], scale,
+                            out.row(b * heads));
   }
-  // [T, H, nope + rope] -> [T, H, C]
-  /// \copydoc dsv32::cpu::absorb_query
-  static void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
-                           std::int64_t v, const WeightView& wkv_b, bf16* q_lat) {
-    cpu::absorb_query(q, T, H, nope, rope, v, wkv_b, q_lat);
+  // [T H, nope] (strided rows of q) -> [T H, C]
+  /// \brief Projects q_nope into the latent space through wkv_b's key rows (cpu::absorb_query()):
+  ///        q_lat[t, h] = bf16(q_nope[t, h] . W[h (nope + v) + d, :]), wkv_b dequantized as the reference does.
+  /// \param ctx the model's context
+  /// \param q     [T * H, nope + rope] bf16 (only the first nope columns of each row are read)
+  /// \param wkv_b [H (nope + v), C] \param heads H \param nope qk_nope_head_dim \param v v_head_dim
+  /// \param q_lat [T * H, C] bf16
+  static void absorb_query(Context& ctx, Mat<const bf16> q, const Weight& wkv_b, std::int64_t heads, std::int64_t nope,
+                           std::int64_t v, Mat<bf16> q_lat) {
+    (void)ctx;
+    cpu::absorb_query(q.data, q.rows / heads, heads, nope, q.stride - nope, v, wkv_b, q_lat.data);
   }
-  // [T, H, C] -> [T, H, v]
-  /// \copydoc dsv32::cpu::project_values
-  static void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t v,
-                             const WeightView& wkv_b, bf16* out) {
-    cpu::project_values(o_lat, T, H, nope, v, wkv_b, out);
+  // [T H, C] -> [T H, v]
+  /// \brief Maps latent attention outputs to values through wkv_b's value rows (cpu::project_values()).
+  /// \param ctx the model's context \param o_lat [T * H, C] bf16 \param wkv_b [H (nope + v), C]
+  /// \param heads H \param nope qk_nope_head_dim \param out [T * H, v] bf16
+  static void project_values(Context& ctx, Mat<const bf16> o_lat, const Weight& wkv_b, std::int64_t heads,
+                             std::int64_t nope, Mat<bf16> out) {
+    (void)ctx;
+    cpu::project_values(o_lat.data, o_lat.rows / heads, heads, nope, out.cols, wkv_b, out.data);
   }
   // logits [T, E] -> weights [T, k], experts [T, k]
-  /// \copydoc dsv32::cpu::route
-  static void route(MatrixView<const float> logits, const float* bias, const RoutingParams& p,
-                    MatrixView<float> weights, MatrixView<std::int32_t> experts) {
-    cpu::route(logits, bias, p, weights, experts);
+  /// \brief The gate's routing decision (cpu::route()).
+  /// \param ctx the model's context \param logits [T, E] f32 \param bias [E] f32 or empty
+  /// \param p the routing fields \param weights [T, k] f32 \param experts [T, k] ids
+  static void route(Context& ctx, Mat<const float> logits, Vec<const float> bias, const RoutingParams& p,
+                    Mat<float> weights, Mat<std::int32_t> experts) {
+    (void)ctx;
+    cpu::route(logits, bias.empty() ? nullptr : bias.data, p, weights, experts);
+  }
+  // experts [T, k] -> rows [T k], row_weights [T k], offsets [n_local + 1]
+  /// \brief Groups the call's (token, slot) pairs by the expert they chose (cpu::moe_plan()): for local
+  ///        expert e (global id first_expert + e), rows[offsets[e], offsets[e + 1]) are its tokens in
+  ///        increasing order and row_weights their routing weights; pairs choosing another rank's
+  ///        experts are left out. offsets has n_local + 1 entries (offsets[0] = 0).
+  /// \param ctx the model's context \param experts [T, k] ids \param weights [T, k] f32
+  /// \param first_expert this rank's first expert \param rows [T * k] \param row_weights [T * k]
+  /// \param offsets [n_local + 1]
+  static void moe_plan(Context& ctx, Mat<const std::int32_t> experts, Mat<const float> weights,
+                       std::int64_t first_expert, Vec<std::int32_t> rows, Vec<float> row_weights,
+                       Vec<std::int32_t> offsets) {
+    (void)ctx;
+    cpu::moe_plan(experts, weights, first_expert, rows.data, row_weights.data, offsets.data, offsets.size - 1);
   }
   // [T, dim] -> [n, dim]
-  /// \copydoc dsv32::cpu::gather_rows
-  static void gather_rows(MatrixView<const bf16> x, const std::int32_t* rows, std::int64_t n, MatrixView<bf16> out) {
-    cpu::gather_rows(x, rows, n, out);
+  /// \brief out[i] = x[rows[i]] (cpu::gather_rows()).
+  /// \param ctx the model's context \param x [T, dim] \param rows [n] \param out [n, dim]
+  static void gather_rows(Context& ctx, Mat<const bf16> x, Vec<const std::int32_t> rows, Mat<bf16> out) {
+    (void)ctx;
+    cpu::gather_rows(x, rows.data, rows.size, out);
   }
   // y[rows[i]] += src[i] * weight[i]
-  /// \copydoc dsv32::cpu::scatter_add
-  static void scatter_add(MatrixView<const bf16> src, const std::int32_t* rows, const float* weight,
-                          MatrixView<float> y) { cpu::scatter_add(src, rows, weight, y); }
-  /// \copydoc dsv32::cpu::round_to_bf16
-  static void round_to_bf16(MatrixView<const float> x, MatrixView<bf16> out) { cpu::round_to_bf16(x, out); }
-  /// \copydoc dsv32::cpu::widen_to_f32
-  static void widen_to_f32(MatrixView<const bf16> x, MatrixView<float> out) { cpu::widen_to_f32(x, out); }
+  /// \brief y[rows[i]] += f32(src[i]) * weight[i] in order of i (cpu::scatter_add()); empty rows mean
+  ///        row i, empty weights mean 1.
+  /// \param ctx the model's context \param src [n, dim] bf16 \param rows [n] or empty
+  /// \param weight [n] f32 or empty \param y [T, dim] f32
+  static void scatter_add(Context& ctx, Mat<const bf16> src, Vec<const std::int32_t> rows, Vec<const float> weight,
+                          Mat<float> y) {
+    (void)ctx;
+    cpu::scatter_add(src, rows.empty() ? nullptr : rows.data, weight.empty() ? nullptr : weight.data, y);
+  }
+  /// \brief out = bf16(x) (cpu::round_to_bf16()). \param ctx the model's context
+  /// \param x [rows, n] f32 \param out [rows, n] bf16
+  static void round_to_bf16(Context& ctx, Mat<const float> x, Mat<bf16> out) {
+    (void)ctx;
+    cpu::round_to_bf16(x, out);
+  }
+  /// \brief out = f32(x), exact (cpu::widen_to_f32()). \param ctx the model's context
+  /// \param x [rows, n] bf16 \param out [rows, n] f32
+  static void widen_to_f32(Context& ctx, Mat<const bf16> x, Mat<float> out) {
+    (void)ctx;
+    cpu::widen_to_f32(x, out);
+  }
 };
 
 /// @}

@@ -8,20 +8,12 @@
 #include <numeric>
 #include <vector>
 
+#include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/core/numeric.hpp"
 #include "dsv32/core/tensor.hpp"
 
 namespace dsv32::cpu {
-
-/// \brief Parameters of the gate's routing decision.
-struct RoutingParams {
-  ScoreFunc score_func = ScoreFunc::sigmoid;  ///< score_func
-  std::int64_t n_groups = 1;                  ///< n_expert_groups; must divide the number of experts
-  std::int64_t n_limited_groups = 1;          ///< n_limited_groups: groups kept per token
-  std::int64_t top_k = 1;                     ///< n_activated_experts
-  float route_scale = 1.0f;                   ///< route_scale, applied to the final weights
-};
 
 /// \brief Routes each token to its experts, as the reference's Gate does.
 ///
@@ -89,6 +81,38 @@ inline void route(MatrixView<const float> logits, const float* bias, const Routi
       weights.row(t)[i] *= p.route_scale;
     }
   }
+}
+
+/// \brief Groups the (token, slot) pairs of a call by the local expert they chose.
+///
+/// For local expert e (global id first_expert + e, e in [0, n_local)), rows[offsets[e], offsets[e+1])
+/// are the tokens that chose it, in increasing token order, and row_weights their routing weights.
+/// Pairs that chose another rank's experts are left out (offsets[n_local] counts the rest).
+/// \param experts      [T, k] chosen expert ids
+/// \param weights      [T, k] f32 routing weights
+/// \param first_expert this rank's first expert
+/// \param rows         [T * k] token rows, grouped by expert
+/// \param row_weights  [T * k] their weights
+/// \param offsets      [n_local + 1] group boundaries
+/// \param n_local      experts this rank holds
+inline void moe_plan(MatrixView<const std::int32_t> experts, MatrixView<const float> weights, std::int64_t first_expert,
+                     std::int32_t* rows, float* row_weights, std::int32_t* offsets, std::int64_t n_local) {
+  std::fill(offsets, offsets + n_local + 1, 0);
+  for (std::int64_t t = 0; t < experts.rows; ++t)  // counts, shifted by one
+    for (std::int64_t j = 0; j < experts.cols; ++j) {
+      const std::int64_t e = experts.row(t)[j] - first_expert;
+      if (e >= 0 && e < n_local) ++offsets[e + 1];
+    }
+  for (std::int64_t e = 0; e < n_local; ++e) offsets[e + 1] += offsets[e];
+  std::vector<std::int32_t> next(offsets, offsets + n_local);
+  for (std::int64_t t = 0; t < experts.rows; ++t)
+    for (std::int64_t j = 0; j < experts.cols; ++j) {
+      const std::int64_t e = experts.row(t)[j] - first_expert;
+      if (e < 0 || e >= n_local) continue;
+      const std::int32_t at = next[static_cast<std::size_t>(e)]++;
+      rows[at] = static_cast<std::int32_t>(t);
+      row_weights[at] = weights.row(t)[j];
+    }
 }
 
 /// \brief out[i] = x[rows[i]].
