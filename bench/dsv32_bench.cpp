@@ -1,6 +1,7 @@
 // dsv32-bench: the CPU backend on a DeepSeek-V3.2 "671B slice" — every dimension of the 671B model,
 // 2 layers (1 dense, 1 MoE with 32 routed experts, 8 active), FP8 ue8m0 weights (or the bf16
-// variant) — against the run's own yardsticks (STREAM-triad bandwidth, register-only f32 FMA peak).
+// variant; the embedding and the output head are bf16 in both, as in the tensor table) — against the
+// run's own yardsticks (STREAM-triad bandwidth, register-only f32 FMA peak).
 // Medians over repetitions, printed as a table, or as one JSON object with --json.
 //
 //   dsv32-bench [--dtype fp8|bf16] [--threads N] [--reps N] [--json] [--checkpoint DIR] ...  (--help)
@@ -257,7 +258,8 @@ double fma_peak_gflops(cpu::Isa isa) {
 struct Figures {
   std::string config, weights;
   double init_s = 0;
-  double weight_bytes = 0, cache_bytes = 0;
+  double weight_bytes = 0, cache_bytes = 0, scratch_bytes = 0;
+  double planned_bytes = 0;  // MemoryPlan::total(): weights, caches, rope tables, forward scratch
   double prefill_tps = 0, prefill_flops = 0, prefill_fma_fraction = 0;
   double prefill_fast_tps = 0, prefill_fast_fma_fraction = 0;
   struct Decode {
@@ -323,6 +325,9 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
   RuntimeOptions ro;
   ro.max_batch_size = std::max<std::int64_t>(1, o.batch);
   ro.max_seq_len = max_ctx + 63;
+  // The forward scratch is sized for max_batch_size x max_tokens_per_call tokens: no call here has
+  // more per sequence than the prefill, the batch's prompts or a 512-token cache fill.
+  ro.max_tokens_per_call = std::max({o.prefill, o.batch_context, std::int64_t{512}});
   auto model = std::make_unique<Transformer<Config>>(ro);
   auto t0 = Clock::now();
   if (o.checkpoint.empty()) {
@@ -336,10 +341,12 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
   const MemoryPlan plan = model->memory_plan();
   f.weight_bytes = static_cast<double>(plan.weights);
   f.cache_bytes = static_cast<double>(plan.caches);
+  f.scratch_bytes = static_cast<double>(plan.scratch);
+  f.planned_bytes = static_cast<double>(plan.total());
   if (!o.json)
-    std::fprintf(stderr, "%s: weights %s (%s) in %.1f s, caches %s; load %s\n", f.config.c_str(),
+    std::fprintf(stderr, "%s: weights %s (%s) in %.1f s, caches %s, forward scratch %s; load %s\n", f.config.c_str(),
                  format_bytes(f.weight_bytes).c_str(), f.weights.c_str(), f.init_s, format_bytes(f.cache_bytes).c_str(),
-                 loadavg().c_str());
+                 format_bytes(f.scratch_bytes).c_str(), loadavg().c_str());
 
   const std::int64_t V = Config::vocab_size;
   const auto prompt = prompt_tokens(o.prefill, V, 1);
@@ -411,17 +418,17 @@ int main(int argc, char** argv) try {
                  threads, std::string(cpu::isa_name(isa)).c_str(), bandwidth, fma_peak, load_start.c_str());
   const Figures f = o.dtype == "bf16" ? run<Slice671BBf16>(o, fma_peak, bandwidth) : run<Slice671BFp8>(o, fma_peak, bandwidth);
   const std::string load_end = loadavg();
-  const double budget = f.weight_bytes + f.cache_bytes;
+  const double budget = f.planned_bytes;
 
   if (o.json) {
     std::printf("{\"config\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"load_start\": \"%s\", "
                 "\"load_end\": \"%s\", \"triad_gbs\": %.2f, \"fma_peak_gflops\": %.1f, \"init_s\": %.2f, "
-                "\"weight_bytes\": %.0f, \"cache_bytes\": %.0f, \"peak_rss_bytes\": %.0f, \"peak_rss_ratio\": %.3f, "
+                "\"weight_bytes\": %.0f, \"cache_bytes\": %.0f, \"scratch_bytes\": %.0f, \"planned_bytes\": %.0f, \"peak_rss_bytes\": %.0f, \"peak_rss_ratio\": %.3f, "
                 "\"prefill_tokens\": %lld, \"prefill_tokens_per_s\": %.3f, \"prefill_gflop\": %.2f, "
                 "\"prefill_fma_fraction\": %.3f, \"prefill_fast_tokens_per_s\": %.3f, \"prefill_fast_fma_fraction\": %.3f, "
                 "\"decode\": [",
                 f.config.c_str(), f.weights.c_str(), threads, std::string(cpu::isa_name(isa)).c_str(), load_start.c_str(),
-                load_end.c_str(), bandwidth, fma_peak, f.init_s, f.weight_bytes, f.cache_bytes, f.peak_rss,
+                load_end.c_str(), bandwidth, fma_peak, f.init_s, f.weight_bytes, f.cache_bytes, f.scratch_bytes, f.planned_bytes, f.peak_rss,
                 f.peak_rss / budget, static_cast<long long>(o.prefill), f.prefill_tps, f.prefill_flops / 1e9,
                 f.prefill_fma_fraction, f.prefill_fast_tps, f.prefill_fast_fma_fraction);
     for (std::size_t i = 0; i < f.decode.size(); ++i)
@@ -454,7 +461,7 @@ int main(int argc, char** argv) try {
     std::printf("| decode batch %lld @ %lld | %.2f tokens/s (%.1f ms/step) | %.2fx batch 1 (%.2f tokens/s) |\n",
                 static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_tps, f.batch_step_ms,
                 f.batch_ratio, f.batch1_tps);
-  std::printf("| peak resident memory | %s | %.3fx weights + caches (%s) |\n", format_bytes(f.peak_rss).c_str(),
+  std::printf("| peak resident memory | %s | %.3fx the memory plan: weights, caches, scratch (%s) |\n", format_bytes(f.peak_rss).c_str(),
               f.peak_rss / budget, format_bytes(budget).c_str());
   std::printf("| weights ready | %.1f s | |\n", f.init_s);
   return 0;
