@@ -66,10 +66,10 @@ int main(int argc, char** argv) {
       } else {
         usage_error("unknown argument '" + a + "'");
       }
-    } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
-      usage_error("bad value for " + a);
     } catch (const dsv32::Error& e) {  // --prompt
       usage_error(e.what());
+    } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
+      usage_error("bad value for " + a);
     }
   }
   if (new_tokens < 1 || prompt.empty()) usage_error("need --new-tokens >= 1 and a non-empty --prompt");

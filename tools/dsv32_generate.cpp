@@ -466,7 +466,8 @@ bool dim_reasoning() {
 // reasoning apart from the answer (dimmed, or between <think> and </think>), each tool call as a
 // JSON line; a reply that breaks DeepSeek's output format is shown as generated from there on. A
 // --raw reply is plain decoded text. Ids the tokenizer lacks (a model's padding rows of the
-// vocabulary, which random weights do produce) print as U+FFFD.
+// vocabulary, which random weights do produce) print as U+FFFD, and standard error names the first
+// such id of each reply: the text alone would not show that the model chose a token with no text.
 class ReplyPrinter {
  public:
   ReplyPrinter(const dsv32::Tokenizer& tok, std::ostream& out, bool dim)
@@ -479,10 +480,17 @@ class ReplyPrinter {
     plain_.reset();
     plain_text_.clear();
     in_reasoning_ = false;
+    warned_ = false;
     last_ = '\0';
   }
 
   void push(std::int32_t id) {
+    if (!tok_.contains(id) && !warned_) {
+      warned_ = true;
+      std::cout << std::flush;
+      std::cerr << "dsv32-generate: the model generated token id " << id << ", which is outside the tokenizer's "
+                << "vocabulary [0, " << tok_.vocab_size() << ") or has no token there; shown as U+FFFD\n";
+    }
     if (structured_) {
       try {
         show(tok_.contains(id) ? parser_.push(id) : parser_.push_text(dsv32::utf8::replacement_character));
@@ -566,6 +574,7 @@ class ReplyPrinter {
   bool dim_;
   bool structured_ = true;
   bool in_reasoning_ = false;
+  bool warned_ = false;  // an id outside the vocabulary was reported for this reply
   char last_ = '\0';  // the last character shown ('\0': none yet)
 };
 

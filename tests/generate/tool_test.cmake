@@ -287,8 +287,12 @@ elseif(CASE STREQUAL "chat_replay")
   run(RC 0 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/replies.txt" --quiet
       STDOUT "^\nLet me reason.\n</think>\n\nThe answer is 42.\n$"
       STDERR "chat output: found </think> at byte 16 of the reply \\(expected answer text.*the rest of the reply is shown as generated")
+  # An id the tokenizer lacks (padding rows of a model's vocabulary): U+FFFD, and standard error names it.
+  file(WRITE "${WORK_DIR}/oov.txt" "19923 129000 3 1\n")
+  run(RC 0 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/oov.txt" --quiet STDOUT "^Hello�!\n$"
+      STDERR "the model generated token id 129000, which is outside the tokenizer's vocabulary \\[0, 128815\\)")
   # A replay file that is not ids, or runs out.
-  run(RC 1 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/prompts.txt" --quiet STDERR "prompts.txt line 1: 'Hello!' is not a token id")
+  run(RC 1 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/prompts.txt" --quiet STDERR "prompts.txt line 1: 'Hello!' \\(id 1\\) is not a token id")
   file(WRITE "${WORK_DIR}/one.txt" "19923 3\n")
   run(RC 1 ARGS --chat --replay-ids "${WORK_DIR}/one.txt" --quiet INPUT "a\nb\n" STDOUT "^>>> Hello!\n>>> $"
       STDERR "replay file .*one.txt has no line left for reply 2")
