@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "dsv32/backend/cpu/simd/isa.hpp"
 #include "support/test_support.hpp"
 
 using dsv32::test::random_bf16;
@@ -119,6 +120,76 @@ std::vector<bf16> reference_fp8_linear(const std::vector<bf16>& x, std::int64_t 
   return y;
 }
 
+// The fast mode's formula: the same, with each block's dot summed in f32 in increasing k.
+std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
+                                            ScaleFmt fmt) {
+  const std::int64_t k = w.in, kb = k / 128, sc = kb;
+  std::vector<std::uint8_t> xq(static_cast<std::size_t>(m * k));
+  std::vector<float> xs(static_cast<std::size_t>(m * kb));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t b = 0; b < kb; ++b) xs[r * kb + b] = reference_block_quant(&x[r * k + b * 128], fmt, &xq[r * k + b * 128]);
+  std::vector<bf16> y(static_cast<std::size_t>(m * w.out));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t n = 0; n < w.out; ++n) {
+      float acc = 0.0f;
+      for (std::int64_t b = 0; b < kb; ++b) {
+        float dot = 0.0f;
+        for (std::int64_t i = b * 128; i < (b + 1) * 128; ++i) {
+          const float p = static_cast<float>(e4m3_value(xq[r * k + i]) * e4m3_value(w.codes[n * k + i]));  // exact
+          dot += p;
+        }
+        const float scale = xs[r * kb + b] * w.scale[(n / 128) * sc + b];
+        acc += dot * scale;
+      }
+      y[r * w.out + n] = bf16(acc);
+    }
+  return y;
+}
+
+// The dense products' definition: each output the f32 sum of f32-rounded products in increasing k.
+std::vector<float> reference_dense_f32(const std::vector<bf16>& x, std::int64_t m, const std::vector<float>& w,
+                                       std::int64_t n_out, std::int64_t k) {
+  std::vector<float> y(static_cast<std::size_t>(m * n_out));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t n = 0; n < n_out; ++n) {
+      float acc = 0.0f;
+      for (std::int64_t i = 0; i < k; ++i) {
+        volatile float p = static_cast<float>(x[r * k + i]) * w[n * k + i];  // rounded, never fused
+        acc += p;
+      }
+      y[r * n_out + n] = acc;
+    }
+  return y;
+}
+
+// Every ISA level this CPU runs, from portable up.
+std::vector<cpu::Isa> isas_here() {
+  std::vector<cpu::Isa> v{cpu::Isa::portable};
+  if (cpu::detected_isa() >= cpu::Isa::avx2) v.push_back(cpu::Isa::avx2);
+  if (cpu::detected_isa() >= cpu::Isa::avx512) v.push_back(cpu::Isa::avx512);
+  return v;
+}
+
+// Caps the kernels' ISA for a scope.
+struct IsaScope {
+  cpu::Isa previous;
+  explicit IsaScope(cpu::Isa isa) : previous(cpu::set_isa(isa)) {}
+  ~IsaScope() { cpu::set_isa(previous); }
+};
+
+struct Fp8Scope {
+  cpu::Fp8Accumulation previous;
+  explicit Fp8Scope(cpu::Fp8Accumulation m) : previous(cpu::set_fp8_accumulation(m)) {}
+  ~Fp8Scope() { cpu::set_fp8_accumulation(previous); }
+};
+
+bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (Eigen::numext::bit_cast<std::uint16_t>(a[i]) != Eigen::numext::bit_cast<std::uint16_t>(b[i])) return false;
+  return true;
+}
+
 
 
 }  // namespace
@@ -194,6 +265,108 @@ TEST_CASE("cpu::linear with FP8 weights equals a naive implementation of the ref
       for (std::size_t i = 0; i < y.size(); ++i)
         if (Eigen::numext::bit_cast<std::uint16_t>(y[i]) != Eigen::numext::bit_cast<std::uint16_t>(ref[i])) ++mismatches;
       CHECK(mismatches == 0);
+    }
+  }
+}
+
+TEST_CASE("cpu::linear_f32 / linear with BF16 and F32 weights, every ISA: bit-identical to the sequential f32 sum") {
+  // m covers the decode path (m <= the micro-tile height) and the packed path with row-tile tails;
+  // n and k cover panel tails (32 / 16 weight rows) and column tails (128)
+  std::mt19937 gen(17);
+  struct Dims {
+    std::int64_t m, k, n;
+  };
+  for (const Dims d : {Dims{1, 96, 257}, Dims{2, 7, 33}, Dims{3, 128, 31}, Dims{5, 300, 40}, Dims{8, 130, 100},
+                       Dims{12, 1, 5}, Dims{13, 200, 70}, Dims{40, 129, 65}, Dims{200, 64, 129}}) {
+    const auto x = random_bf16(static_cast<std::size_t>(d.m * d.k), gen);
+    const auto wb = random_bf16(static_cast<std::size_t>(d.n * d.k), gen);
+    std::vector<float> wbf(wb.size()), wf(wb.size());
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (std::size_t i = 0; i < wb.size(); ++i) wbf[i] = static_cast<float>(wb[i]), wf[i] = nd(gen);  // full f32
+    const std::vector<float> ref_b = reference_dense_f32(x, d.m, wbf, d.n, d.k), ref_f = reference_dense_f32(x, d.m, wf, d.n, d.k);
+    for (cpu::Isa isa : isas_here()) {
+      IsaScope scope(isa);
+      CAPTURE(cpu::isa_name(isa));
+      CAPTURE(d.m);
+      CAPTURE(d.k);
+      CAPTURE(d.n);
+      std::vector<float> y(static_cast<std::size_t>(d.m * d.n));
+      cpu::linear_f32({x.data(), d.m, d.k, d.k}, {DType::BF16, wb.data(), d.n, d.k, nullptr}, {y.data(), d.m, d.n, d.n});
+      CHECK(y == ref_b);
+      cpu::linear_f32({x.data(), d.m, d.k, d.k}, {DType::F32, wf.data(), d.n, d.k, nullptr}, {y.data(), d.m, d.n, d.n});
+      CHECK(y == ref_f);
+      std::vector<bf16> yb(y.size()), rb(y.size());
+      cpu::linear({x.data(), d.m, d.k, d.k}, {DType::BF16, wb.data(), d.n, d.k, nullptr}, ScaleFmt::none,
+                  {yb.data(), d.m, d.n, d.n});
+      for (std::size_t i = 0; i < rb.size(); ++i) rb[i] = bf16(ref_b[i]);
+      CHECK(same_bits(yb, rb));
+    }
+  }
+}
+
+TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast modes bit-identical to their formulas") {
+  // m <= 8 takes the row-streaming decode kernel (exact in both modes), m > 8 the packed kernels
+  std::mt19937 gen(23);
+  struct Dims {
+    std::int64_t m, k, n;
+  };
+  for (const Dims d : {Dims{1, 256, 200}, Dims{2, 128, 70}, Dims{3, 384, 129}, Dims{4, 128, 9}, Dims{5, 256, 64},
+                       Dims{7, 128, 33}, Dims{8, 256, 130}, Dims{9, 128, 100}, Dims{13, 384, 257}, Dims{30, 256, 40}}) {
+    const Fp8Weight w = random_fp8_weight(d.n, d.k, gen);
+    std::vector<bf16> x = random_bf16(static_cast<std::size_t>(d.m * d.k), gen);
+    std::uniform_real_distribution<float> mag(-8.0f, 8.0f);
+    for (std::int64_t b = 0; b < d.m * d.k / 128; ++b) {  // every 1x128 block its own magnitude
+      const float f = std::exp2(mag(gen));
+      for (std::int64_t i = 0; i < 128; ++i) x[b * 128 + i] = bf16(static_cast<float>(x[b * 128 + i]) * f);
+    }
+    for (ScaleFmt fmt : {ScaleFmt::none, ScaleFmt::ue8m0}) {
+      const std::vector<bf16> exact = reference_fp8_linear(x, d.m, w, fmt);
+      const std::vector<bf16> fast = d.m > 8 ? reference_fp8_linear_fast(x, d.m, w, fmt) : exact;
+      for (cpu::Isa isa : isas_here()) {
+        IsaScope scope(isa);
+        CAPTURE(cpu::isa_name(isa));
+        CAPTURE(d.m);
+        CAPTURE(d.k);
+        CAPTURE(d.n);
+        CAPTURE(fmt == ScaleFmt::ue8m0);
+        std::vector<bf16> y(static_cast<std::size_t>(d.m * d.n));
+        cpu::linear({x.data(), d.m, d.k, d.k}, w.view(), fmt, {y.data(), d.m, d.n, d.n});
+        CHECK(same_bits(y, exact));
+        Fp8Scope mode(cpu::Fp8Accumulation::fast);
+        cpu::linear({x.data(), d.m, d.k, d.k}, w.view(), fmt, {y.data(), d.m, d.n, d.n});
+        CHECK(same_bits(y, fast));
+      }
+    }
+  }
+}
+
+TEST_CASE("cpu::linear: E4M3 weights over the whole code range, the NaN codes 0x7F / 0xFF reading as +-480") {
+  // one weight row per code (128 columns of that code), one x row of ones: y = 128 * value * scales
+  Fp8Weight w;
+  w.out = 256;
+  w.in = 128;
+  w.codes.resize(256 * 128);
+  for (int c = 0; c < 256; ++c)
+    for (int i = 0; i < 128; ++i) w.codes[c * 128 + i] = static_cast<std::uint8_t>(c);
+  w.scale = {1.0f, 1.0f};
+  const std::vector<bf16> x(128, bf16(1.0f));
+  for (std::int64_t m : {1, 12}) {  // the decode and the packed kernels
+    std::vector<bf16> xm;
+    for (std::int64_t r = 0; r < m; ++r) xm.insert(xm.end(), x.begin(), x.end());
+    for (cpu::Isa isa : isas_here()) {
+      IsaScope scope(isa);
+      CAPTURE(cpu::isa_name(isa));
+      CAPTURE(m);
+      std::vector<bf16> y(static_cast<std::size_t>(m * 256));
+      cpu::linear({xm.data(), m, 128, 128}, w.view(), ScaleFmt::ue8m0, {y.data(), m, 256, 256});
+      int bad = 0;
+      for (int c = 0; c < 256; ++c) {
+        const double v = (c & 0x7F) == 0x7F ? ((c & 0x80) ? -480.0 : 480.0) : e4m3_value(static_cast<unsigned>(c));
+        // x = 1 quantizes to the code of 256 with the ue8m0 scale 2^-8: y = 128 * 256 * v * 2^-8 = 128 v
+        const float want = static_cast<float>(bf16(static_cast<float>(128.0 * v)));
+        for (std::int64_t r = 0; r < m; ++r) bad += static_cast<float>(y[r * 256 + c]) != want;
+      }
+      CHECK(bad == 0);
     }
   }
 }

@@ -38,7 +38,7 @@ void check_scenario(const std::string& name) {
   CHECK(prefill.gate_rows == prefill.gate_layers * prefill.batch * prefill.seq);
   CHECK_FALSE(prefill.worst_intermediate.empty());
   CHECK(report.passed());
-  MESSAGE(name << " on " << Backend::name << ": worst logits error " << report.max_logits_error());
+  MESSAGE(name << " on " << std::string(Backend::name) << ": worst logits error " << report.max_logits_error());
 }
 
 }  // namespace
@@ -49,6 +49,15 @@ TEST_CASE("golden: tiny_bf16_rope_interleaved") {
 }
 TEST_CASE("golden: tiny_fp8_ue8m0_yarn") { check_scenario<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn"); }
 TEST_CASE("golden: tiny_fp8_plain_scale") { check_scenario<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale"); }
+
+// The optional FP8 fast mode (f32 block sums in the prefill-sized products) against the same
+// vectors: no longer bit-exact, but within the acceptance tolerances with identical decisions.
+TEST_CASE("golden: the FP8 scenarios in the fast accumulation mode, at the acceptance tolerances") {
+  const auto previous = dsv32::cpu::set_fp8_accumulation(dsv32::cpu::Fp8Accumulation::fast);
+  check_scenario<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
+  check_scenario<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
+  dsv32::cpu::set_fp8_accumulation(previous);
+}
 
 // The same replays on a backend whose memory the host cannot read: every observer sees host copies,
 // and nothing in forward() touches backend memory from the host (it would crash).

@@ -151,6 +151,21 @@ TEST_CASE("forward() synchronizes once per MoE layer and once for its logits, on
   CHECK(hidden.forward(prompt, 2, 0).values == cpu.forward(prompt, 2, 0).values);
 }
 
+TEST_CASE("init_random: the same weights on every backend, whatever the staging size") {
+  // 200,000 bytes of staging: chunks of 100,000 FP8 codes or 50,000 bf16 values, which split the
+  // larger tensors mid-row and mid-block (the FP8 scales are then taken before the codes are drawn
+  // again chunk by chunk); on the CPU every tensor is drawn at once
+  dsv32::Transformer<TinyFp8Ue8m0Yarn, Cpu> cpu(options());
+  dsv32::Transformer<TinyFp8Ue8m0Yarn, HostInvisible> hidden(options()), whole(options());
+  cpu.init_random(9);
+  hidden.init_random(9, 200'000);
+  whole.init_random(9);
+  const std::vector<std::int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3};
+  const auto want = cpu.forward(prompt, 2, 0).values;
+  CHECK(hidden.forward(prompt, 2, 0).values == want);
+  CHECK(whole.forward(prompt, 2, 0).values == want);
+}
+
 TEST_CASE("forward() allocates no backend memory: a prefill and 16 decode steps after loading") {
   auto check = [](auto& m, auto allocations) {
     m.init_random(5);

@@ -1,5 +1,5 @@
 /// \file
-/// \brief Transformer: the whole DeepSeek-V3.2-Exp model — embedding, blocks, final norm, f32 head —
+/// \brief Transformer: the whole DeepSeek-V3.2-Exp model — embedding, blocks, final norm, bf16 head (f32 logits) —
 ///        with KV caches, input validation, weight listing and the memory plan.
 #pragma once
 
@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <random>
 #include <span>
 #include <sstream>
 #include <string>
@@ -21,6 +20,7 @@
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/runtime_options.hpp"
 #include "dsv32/config/tensor_table.hpp"
+#include "dsv32/core/random.hpp"
 #include "dsv32/layers/block.hpp"
 #include "dsv32/layers/context.hpp"
 #include "dsv32/layers/linear.hpp"
@@ -315,7 +315,14 @@ class Transformer {
   ///        weights and the head ~ N(0, 1/in) (FP8 ones quantized per 128x128 block with scale
   ///        amax/448), norms ~ 1 + N(0, 0.01), biases ~ N(0, 0.01) (gate bias ~ N(0, 0.25)),
   ///        embedding ~ N(0, 1).
-  void init_random(std::uint64_t seed) {
+  ///
+  /// Values come from NormalStream: each element depends only on (seed, tensor name, index), so the
+  /// fill runs on all threads, a 671B-shaped slice takes seconds, and the result does not depend on
+  /// the thread count, the backend or the staging size. On a host-memory backend every tensor is
+  /// drawn straight into the arena (no staging copy, each FP8 value drawn once).
+  /// \param seed          the seed; each tensor's stream is keyed by (seed, name)
+  /// \param staging_bytes the uploader's pinned staging size (device backends), as in load_weights()
+  void init_random(std::uint64_t seed, std::size_t staging_bytes = WeightUploader<Backend>::kDefaultStagingBytes) {
     std::vector<float> pending_scale;  // an FP8 weight's block scales, written with the next tensor (its scale)
     load_weights([](const Parameter<Backend>&, std::shared_ptr<const void>&) -> const void* { return nullptr; },
                  [&](const Parameter<Backend>& p, WeightUploader<Backend>& up, void* dst) {
@@ -328,14 +335,22 @@ class Transformer {
                      pending_scale.clear();
                      return;
                    }
-                   std::mt19937_64 gen(seed ^ std::hash<std::string>{}(p.name()));
-                   std::vector<float> values = random_values(p, gen);
-                   if (p.dtype() == DType::F8_E4M3) pending_scale = quantize_blocks(values, p.shape()[0], p.shape()[1]);
+                   const RandomFill fill = random_fill(p, seed);
+                   if (p.dtype() == DType::F8_E4M3) {
+                     pending_scale = write_random_fp8(p, fill, up, dst);
+                     return;
+                   }
+                   DSV32_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::BF16, unsupported, "init_random: a ",
+                               dtype_name(p.dtype()), " parameter (", p.name(), ")");
                    up.write(dst, p.dtype(), n, [&](std::size_t first, std::size_t count, void* host) {
-                     Parameter<Backend>::encode_host(p.dtype(), first, count, host,
-                                                     [&](std::size_t i) { return values[i]; });
+                     const std::size_t elem = dtype_size(p.dtype());
+                     parallel_chunks(count, [&](std::size_t c0, std::size_t len) {
+                       Parameter<Backend>::encode_host(p.dtype(), first + c0, len, static_cast<std::byte*>(host) + c0 * elem,
+                                                       fill);
+                     });
                    });
-                 });
+                 },
+                 staging_bytes);
   }
 
   /// \brief Whether every parameter is loaded.
@@ -502,11 +517,15 @@ class Transformer {
     ready_ = false;
   }
 
-  // init_random's values for one parameter, by role, in element order.
-  static std::vector<float> random_values(const Parameter<Backend>& p, std::mt19937_64& gen) {
-    const std::size_t n = static_cast<std::size_t>(p.numel());
-    std::vector<float> v(n);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
+  // init_random's distribution of one parameter: element i is mean + sd * N(0, 1)_i of its stream.
+  struct RandomFill {
+    NormalStream normal;
+    float mean = 0.0f, sd = 1.0f;
+    float operator()(std::size_t i) const noexcept { return mean + sd * normal(static_cast<std::uint64_t>(i)); }
+  };
+
+  // The distribution of parameter `p` by its role; its stream is keyed by (seed, name).
+  static RandomFill random_fill(const Parameter<Backend>& p, std::uint64_t seed) {
     float mean = 0.0f, sd = 1.0f;
     switch (p.role()) {
       case TensorRole::norm: mean = 1.0f, sd = 0.1f; break;
@@ -518,28 +537,71 @@ class Transformer {
         break;
       case TensorRole::scale: fail(ErrorKind::state, "init_random: scales are written with their weights");
     }
-    if (p.dtype() == DType::F8_E4M3) {
-      std::normal_distribution<float> w(0.0f, sd);
-      for (float& x : v) x = w(gen);
-    } else {
-      for (float& x : v) x = mean + sd * normal(gen);
-    }
-    return v;
+    return {NormalStream(mix64(fnv1a64(p.name()) ^ mix64(seed))), mean, sd};
   }
 
-  // Divides `w` ([n, k]) by its 128x128 blocks' scales (amax / 448) in place; returns the scales.
-  static std::vector<float> quantize_blocks(std::vector<float>& w, std::int64_t n, std::int64_t k) {
+  // Calls f(c0, len) for consecutive chunks of [0, n) on all threads.
+  template <class F>
+  static void parallel_chunks(std::size_t n, F&& f) {
+    constexpr std::size_t kChunk = std::size_t{1} << 16;
+    parallel_for_each(static_cast<std::int64_t>((n + kChunk - 1) / kChunk), [&](std::int64_t c) {
+      const std::size_t c0 = static_cast<std::size_t>(c) * kChunk;
+      f(c0, std::min(kChunk, n - c0));
+    });
+  }
+
+  // Writes FP8 weight `p` ([n, k], values from `fill`) quantized per 128x128 block with scale
+  // max(amax / 448, 1e-12); returns the scales ([ceil(n / 128), ceil(k / 128)]). When the uploader
+  // asks for the whole tensor at once (host memory), each 128-row block is drawn once, its scales
+  // taken and its codes written; otherwise the scales are taken first and each chunk drawn again.
+  static std::vector<float> write_random_fp8(const Parameter<Backend>& p, const RandomFill& fill,
+                                             WeightUploader<Backend>& up, void* dst) {
+    const std::int64_t n = p.shape()[0], k = p.shape()[1];
     const std::int64_t nb = (n + kBlockSize - 1) / kBlockSize, kb = (k + kBlockSize - 1) / kBlockSize;
-    std::vector<float> s(static_cast<std::size_t>(nb * kb), 0.0f);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < k; ++j) {
-        float& m = s[(i / kBlockSize) * kb + j / kBlockSize];
-        m = std::max(m, std::fabs(w[i * k + j]));
+    const auto total = static_cast<std::size_t>(n * k);
+    std::vector<float> scales(static_cast<std::size_t>(nb * kb), 0.0f);
+    bool scaled = false;
+    // Draws rows [128 b, 128 b + 128) into `w` and sets their block scales; codes != nullptr: also
+    // writes their E4M3 codes there (the block row's first code).
+    auto block_row = [&](std::int64_t b, std::vector<float>& w, std::uint8_t* codes) {
+      const std::int64_t r0 = b * kBlockSize, rows = std::min(kBlockSize, n - r0);
+      w.resize(static_cast<std::size_t>(rows * k));
+      float* s = scales.data() + b * kb;
+      for (std::int64_t i = 0; i < rows * k; ++i) w[i] = fill(static_cast<std::size_t>(r0 * k + i));
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c0 = 0, j = 0; c0 < k; c0 += kBlockSize, ++j)
+          for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) s[j] = std::max(s[j], std::fabs(w[r * k + c]));
+      for (std::int64_t j = 0; j < kb; ++j) s[j] = std::max(s[j] / kE4m3Max, 1e-12f);
+      if (codes == nullptr) return;
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t c0 = 0, j = 0; c0 < k; c0 += kBlockSize, ++j)
+          for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) codes[r * k + c] = encode_e4m3(w[r * k + c] / s[j]);
+    };
+    up.write(dst, DType::F8_E4M3, total, [&](std::size_t first, std::size_t count, void* host) {
+      auto* codes = static_cast<std::uint8_t*>(host);
+      if (first == 0 && count == total) {
+        parallel_for_each(nb, [&](std::int64_t b) {
+          std::vector<float> w;
+          block_row(b, w, codes + b * kBlockSize * k);
+        });
+        scaled = true;
+        return;
       }
-    for (float& v : s) v = std::max(v / kE4m3Max, 1e-12f);
-    for (std::int64_t i = 0; i < n; ++i)
-      for (std::int64_t j = 0; j < k; ++j) w[i * k + j] /= s[(i / kBlockSize) * kb + j / kBlockSize];
-    return s;
+      if (!scaled) {
+        parallel_for_each(nb, [&](std::int64_t b) {
+          std::vector<float> w;
+          block_row(b, w, nullptr);
+        });
+        scaled = true;
+      }
+      parallel_chunks(count, [&](std::size_t c0, std::size_t len) {
+        for (std::size_t i = first + c0; i < first + c0 + len; ++i) {
+          const auto r = static_cast<std::int64_t>(i) / k, c = static_cast<std::int64_t>(i) % k;
+          codes[i - first] = encode_e4m3(fill(i) / scales[(r / kBlockSize) * kb + c / kBlockSize]);
+        }
+      });
+    });
+    return scales;
   }
 
   RuntimeOptions options_;

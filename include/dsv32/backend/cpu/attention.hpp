@@ -20,6 +20,17 @@
 
 namespace dsv32::cpu {
 
+namespace detail {
+/// Per-thread f32 scratch of the attention kernels (slot: which array), grown on demand and reused:
+/// slots 0-3 inside parallel tasks, 4-7 for a kernel's own arrays on the calling thread.
+inline float* attention_scratch(int slot, std::size_t n) {
+  thread_local std::vector<float> buffers[8];
+  auto& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+}  // namespace detail
+
 /// \brief Index scores of one sequence's queries against its cached keys.
 ///
 /// score[s, t] = sum_h relu(q[s,h] . k[t]) * weight[s,h] * k_scale[t] with E4M3 values (exact
@@ -40,38 +51,40 @@ inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, con
                          std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
                          std::int64_t T, const std::int64_t* visible, float* scores) {
   const std::int64_t blocks = D / kBlockSize;
-  std::vector<float> kf(static_cast<std::size_t>(T * D));
-  for (std::int64_t i = 0; i < T * D; ++i) kf[i] = decode_e4m3(k_codes[i]);
-  parallel_for(S, H * D * T, [&](std::int64_t s) {
-    const std::int64_t n = visible[s];
-    if (n <= 0) return;
-    RowMatrixF q(H, D);
-    for (std::int64_t h = 0; h < H; ++h)
-      for (std::int64_t d = 0; d < D; ++d) q(h, d) = decode_e4m3(q_codes[(s * H + h) * D + d]);
-    RowMatrixF logits(H, n);
-    float* out = scores + s * T;
+  // tasks: (query, 256 positions); the logits are f32 sums over d in increasing order of exact
+  // products of E4M3 values, then summed over heads in increasing order
+  constexpr std::int64_t kChunk = 256;
+  std::vector<std::int64_t> first(static_cast<std::size_t>(S + 1), 0);
+  for (std::int64_t s = 0; s < S; ++s) first[s + 1] = first[s] + (std::max<std::int64_t>(visible[s], 0) + kChunk - 1) / kChunk;
+  parallel_for(first[S], H * D * kChunk, [&](std::int64_t task) {
+    const std::int64_t s = std::upper_bound(first.begin(), first.end(), task) - first.begin() - 1;
+    const std::int64_t t0 = (task - first[s]) * kChunk, n = std::min(kChunk, visible[s] - t0);
+    const simd::GemmOps& ops = gemm_ops();
+    float* qf = detail::attention_scratch(0, static_cast<std::size_t>(H * D));
+    float* kf = detail::attention_scratch(1, static_cast<std::size_t>(n * D));
+    float* logits = detail::attention_scratch(2, static_cast<std::size_t>(H * n));
+    ops.widen_e4m3(q_codes + s * H * D, H * D, qf);
+    ops.widen_e4m3(k_codes + t0 * D, n * D, kf);
+    float* out = scores + s * T + t0;
     if (blocks == 1) {
-      const Eigen::Map<const RowMatrixF> K(kf.data(), n, D);
-      logits.noalias() = q * K.transpose();
+      detail::matmul_exact_products(H, n, D, qf, D, kf, D, true, logits, n);
       for (std::int64_t t = 0; t < n; ++t) {
         float acc = 0.0f;
-        for (std::int64_t h = 0; h < H; ++h) acc += std::max(logits(h, t), 0.0f) * q_weight[s * H + h];
-        out[t] = acc * k_scale[t];
+        for (std::int64_t h = 0; h < H; ++h) acc += std::max(logits[h * n + t], 0.0f) * q_weight[s * H + h];
+        out[t] = acc * k_scale[t0 + t];
       }
     } else {
-      logits.setZero();
-      RowMatrixF part(H, n);
+      std::fill(logits, logits + H * n, 0.0f);
+      float* part = detail::attention_scratch(3, static_cast<std::size_t>(H * n));
       for (std::int64_t b = 0; b < blocks; ++b) {
-        const Eigen::Map<const RowMatrixF, 0, Eigen::OuterStride<>> K(kf.data() + b * kBlockSize, n, kBlockSize,
-                                                                      Eigen::OuterStride<>(D));
-        part.noalias() = q.middleCols(b * kBlockSize, kBlockSize) * K.transpose();
+        detail::matmul_exact_products(H, n, kBlockSize, qf + b * kBlockSize, D, kf + b * kBlockSize, D, true, part, n);
         for (std::int64_t h = 0; h < H; ++h)
           for (std::int64_t t = 0; t < n; ++t)
-            logits(h, t) += part(h, t) * q_scale[(s * H + h) * blocks + b] * k_scale[t * blocks + b];
+            logits[h * n + t] += part[h * n + t] * q_scale[(s * H + h) * blocks + b] * k_scale[(t0 + t) * blocks + b];
       }
       for (std::int64_t t = 0; t < n; ++t) {
         float acc = 0.0f;
-        for (std::int64_t h = 0; h < H; ++h) acc += std::max(logits(h, t), 0.0f) * q_weight[s * H + h];
+        for (std::int64_t h = 0; h < H; ++h) acc += std::max(logits[h * n + t], 0.0f) * q_weight[s * H + h];
         out[t] = acc;
       }
     }
@@ -180,25 +193,41 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
                              const bf16* pe_cache, std::int64_t H, std::int64_t C, std::int64_t rope,
                              const std::int32_t* selected,
                              std::int64_t n, float scale, bf16* out) {
-  RowMatrixF kv(n, C), pe(n, rope), ql(H, C), qp(H, rope);
-  for (std::int64_t j = 0; j < n; ++j) {
-    for (std::int64_t c = 0; c < C; ++c) kv(j, c) = static_cast<float>(kv_cache[selected[j] * C + c]);
-    for (std::int64_t r = 0; r < rope; ++r) pe(j, r) = static_cast<float>(pe_cache[selected[j] * rope + r]);
-  }
-  for (std::int64_t h = 0; h < H; ++h) {
-    for (std::int64_t c = 0; c < C; ++c) ql(h, c) = static_cast<float>(q_lat[h * C + c]);
-    for (std::int64_t r = 0; r < rope; ++r) qp(h, r) = static_cast<float>(q_pe[h * q_pe_stride + r]);
-  }
-  RowMatrixF scores = ql * kv.transpose();
-  scores.noalias() += qp * pe.transpose();
-  for (std::int64_t h = 0; h < H; ++h) {
-    float* p = scores.row(h).data();
-    for (std::int64_t j = 0; j < n; ++j) p[j] *= scale;
-    detail::softmax_to_bf16(p, n);
-  }
-  const RowMatrixF o = scores * kv;
+  // Heads split over the threads; every sum is f32 in increasing order of exact products (bf16 x bf16).
+  const simd::GemmOps& ops = gemm_ops();
+  float* kv = detail::attention_scratch(4, static_cast<std::size_t>(n * C));
+  float* pe = detail::attention_scratch(5, static_cast<std::size_t>(n * rope));
+  float* ql = detail::attention_scratch(6, static_cast<std::size_t>(H * (C + rope)));
+  float* qp = ql + H * C;
+  float* scores = detail::attention_scratch(7, static_cast<std::size_t>(H * n));
+  parallel_for(n, C + rope, [&](std::int64_t j) {
+    ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(kv_cache + static_cast<std::int64_t>(selected[j]) * C), C,
+                   kv + j * C);
+    ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(pe_cache + static_cast<std::int64_t>(selected[j]) * rope),
+                   rope, pe + j * rope);
+  });
+  ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_lat), H * C, ql);
   for (std::int64_t h = 0; h < H; ++h)
-    for (std::int64_t c = 0; c < C; ++c) out[h * C + c] = bf16(o(h, c));
+    ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_pe + h * q_pe_stride), rope, qp + h * rope);
+  const std::int64_t group = std::max<std::int64_t>(1, H / (4 * num_threads()));
+  parallel_for((H + group - 1) / group, group * n * (2 * C + rope), [&](std::int64_t g) {
+    const std::int64_t h0 = g * group, hn = std::min(group, H - h0);
+    float* sc = scores + h0 * n;
+    float* pe_part = detail::attention_scratch(0, static_cast<std::size_t>(hn * n));
+    float* o = detail::attention_scratch(1, static_cast<std::size_t>(hn * C));
+    detail::matmul_exact_products(hn, n, C, ql + h0 * C, C, kv, C, true, sc, n);
+    detail::matmul_exact_products(hn, n, rope, qp + h0 * rope, rope, pe, rope, true, pe_part, n);
+    for (std::int64_t h = 0; h < hn; ++h) {
+      float* p = sc + h * n;
+      for (std::int64_t j = 0; j < n; ++j) {
+        p[j] += pe_part[h * n + j];
+        p[j] *= scale;
+      }
+      detail::softmax_to_bf16(p, n);
+    }
+    detail::matmul_exact_products(hn, C, n, sc, n, kv, C, false, o, C);
+    for (std::int64_t i = 0; i < hn * C; ++i) out[h0 * C + i] = bf16(o[i]);
+  });
 }
 
 }  // namespace dsv32::cpu
@@ -248,13 +277,16 @@ inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int
   detail::check_weight_dtype(wkv_b, "absorb_query");
   const std::int64_t C = wkv_b.in;
   parallel_for(H, (T + 1) * nope * C, [&](std::int64_t h) {
-    RowMatrixF w(nope, C), qn(T, nope);
-    weight_rows_f32(wkv_b, h * (nope + v), nope, w.data());
+    const simd::GemmOps& ops = gemm_ops();
+    float* w = detail::attention_scratch(0, static_cast<std::size_t>(nope * C));
+    float* qn = detail::attention_scratch(1, static_cast<std::size_t>(T * nope));
+    float* o = detail::attention_scratch(2, static_cast<std::size_t>(T * C));
+    weight_rows_f32(wkv_b, h * (nope + v), nope, w);
     for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t d = 0; d < nope; ++d) qn(t, d) = static_cast<float>(q[(t * H + h) * (nope + rope) + d]);
-    const RowMatrixF out = qn * w;
+      ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q + (t * H + h) * (nope + rope)), nope, qn + t * nope);
+    detail::matmul_exact_products(T, C, nope, qn, nope, w, C, false, o, C);
     for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t c = 0; c < C; ++c) q_lat[(t * H + h) * C + c] = bf16(out(t, c));
+      for (std::int64_t c = 0; c < C; ++c) q_lat[(t * H + h) * C + c] = bf16(o[t * C + c]);
   });
 }
 
@@ -272,13 +304,16 @@ inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, st
   detail::check_weight_dtype(wkv_b, "project_values");
   const std::int64_t C = wkv_b.in;
   parallel_for(H, (T + 1) * v * C, [&](std::int64_t h) {
-    RowMatrixF w(v, C), o(T, C);
-    weight_rows_f32(wkv_b, h * (nope + v) + nope, v, w.data());
+    const simd::GemmOps& ops = gemm_ops();
+    float* w = detail::attention_scratch(0, static_cast<std::size_t>(v * C));
+    float* o = detail::attention_scratch(1, static_cast<std::size_t>(T * C));
+    float* y = detail::attention_scratch(2, static_cast<std::size_t>(T * v));
+    weight_rows_f32(wkv_b, h * (nope + v) + nope, v, w);
     for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t c = 0; c < C; ++c) o(t, c) = static_cast<float>(o_lat[(t * H + h) * C + c]);
-    const RowMatrixF y = o * w.transpose();
+      ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(o_lat + (t * H + h) * C), C, o + t * C);
+    detail::matmul_exact_products(T, v, C, o, C, w, C, true, y, v);
     for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t d = 0; d < v; ++d) out[(t * H + h) * v + d] = bf16(y(t, d));
+      for (std::int64_t d = 0; d < v; ++d) out[(t * H + h) * v + d] = bf16(y[t * v + d]);
   });
 }
 

@@ -1,20 +1,34 @@
 /// \file
-/// \brief CPU: the model's matrix products through Eigen — bf16 and f32 weights widened tile by tile,
-///        FP8 E4M3 weights with 128x128 block scales against 1x128-quantized activations.
+/// \brief CPU: the model's matrix products — bf16 and f32 weights, and FP8 E4M3 weights with 128x128
+///        block scales against 1x128-quantized activations — on register-blocked kernels chosen at
+///        run time for the CPU (AVX-512, AVX2 + FMA, portable; see simd/).
 ///
-/// Weights stay in their stored dtype; each thread widens one tile of weight rows into a small
-/// f32 scratch and hands it to Eigen's GEMM, so no wholesale f32 copy of a weight ever exists.
+/// Weights stay in their stored dtype and are widened in registers or in a small per-thread panel,
+/// so no wholesale wide copy of a weight ever exists. Two shapes of work:
+/// - few activation rows (decode): weight rows are streamed once per call, every thread on its own
+///   rows of the same matrix; FP8 rows are turned into doubles eight codes at a time by bit shifts;
+/// - many rows (prefill): a weight panel is packed (widened, transposed) once per 128 columns and
+///   reused by every row tile of the activations, BLIS-style, every thread on its own panels.
+///
+/// Arithmetic (identical on every ISA path, see simd/gemm_ops.hpp): bf16/f32 weights sum each
+/// output in f32 in increasing k; FP8 block dots are exact by default (Fp8Accumulation::exact) and
+/// f32 sums in the optional fast mode; the block results are combined as the reference does.
 #pragma once
 
 #include <Eigen/Core>
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
+#include "dsv32/backend/cpu/simd/gemm_avx2.hpp"
+#include "dsv32/backend/cpu/simd/gemm_avx512.hpp"
+#include "dsv32/backend/cpu/simd/gemm_portable.hpp"
+#include "dsv32/backend/cpu/simd/isa.hpp"
 #include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/error.hpp"
@@ -24,6 +38,28 @@
 namespace dsv32 {
 
 namespace cpu {
+
+/// \brief How FP8 matrix products sum the E4M3 products of each 128-wide block.
+enum class Fp8Accumulation {
+  exact,  ///< exactly (as the reference's arithmetic defines it): the default
+  fast,   ///< in f32 (rounded partial sums), for prefill-sized products only
+};
+
+namespace detail {
+inline std::atomic<int>& fp8_accumulation_setting() {
+  static std::atomic<int> value{static_cast<int>(Fp8Accumulation::exact)};
+  return value;
+}
+}  // namespace detail
+
+/// \brief The FP8 accumulation mode the products use now.
+inline Fp8Accumulation fp8_accumulation() noexcept {
+  return static_cast<Fp8Accumulation>(detail::fp8_accumulation_setting().load(std::memory_order_relaxed));
+}
+/// \brief Sets the process-wide FP8 accumulation mode; returns the previous one.
+inline Fp8Accumulation set_fp8_accumulation(Fp8Accumulation mode) noexcept {
+  return static_cast<Fp8Accumulation>(detail::fp8_accumulation_setting().exchange(static_cast<int>(mode)));
+}
 
 /// \brief The kernels' f32 work matrix: dynamic size, row-major like dsv32's tensors.
 using RowMatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -36,8 +72,21 @@ inline float* thread_scratch(std::size_t slot, std::size_t n) {
   return b.data();
 }
 
+/// \brief The kernel table for the ISA the products use now (active_isa()).
+inline const simd::GemmOps& gemm_ops() {
+#if defined(DSV32_CPU_X86)
+  switch (active_isa()) {
+    case Isa::avx512: return simd::avx512_ops();
+    case Isa::avx2: return simd::avx2_ops();
+    default: break;
+  }
+#endif
+  return simd::portable_ops();
+}
+
 /// \brief Rows [r0, r0 + n) of a weight as f32: exact for BF16 and F32; for F8_E4M3 the reference's
-///        dequantization bf16(e4m3 * block scale).
+///        dequantization bf16(e4m3 * block scale) (the NaN codes 0x7F / 0xFF reading as +-480, as
+///        in the products).
 /// \param w   the weight ([out, in])
 /// \param r0  first row
 /// \param n   rows, with r0 + n <= w.out
@@ -51,19 +100,16 @@ inline void weight_rows_f32(const WeightView<>& w, std::int64_t r0, std::int64_t
       std::copy(src, src + n * K, out);
       break;
     }
-    case DType::BF16: {
-      const bf16* src = static_cast<const bf16*>(w.data) + r0 * K;
-      for (std::int64_t i = 0; i < n * K; ++i) out[i] = static_cast<float>(src[i]);
+    case DType::BF16:
+      gemm_ops().widen_bf16(static_cast<const std::uint16_t*>(w.data) + r0 * K, n * K, out);
       break;
-    }
     case DType::F8_E4M3: {
+      const simd::GemmOps& ops = gemm_ops();
       const auto* src = static_cast<const std::uint8_t*>(w.data);
       const std::int64_t sc = w.scale_cols();
       for (std::int64_t r = 0; r < n; ++r) {
         const std::int64_t row = r0 + r;
-        const float* srow = w.scale + (row / kBlockSize) * sc;
-        for (std::int64_t k = 0; k < K; ++k)
-          out[r * K + k] = dequant_weight(src[row * K + k], srow[k / kBlockSize]);
+        ops.dequant_e4m3(src + row * K, K, w.scale + (row / kBlockSize) * sc, out + r * K);
       }
       break;
     }
@@ -73,105 +119,6 @@ inline void weight_rows_f32(const WeightView<>& w, std::int64_t r0, std::int64_t
 }
 
 namespace detail {
-
-/// Rows of a weight tile so that one widened tile stays around 256 KiB.
-inline std::int64_t tile_rows(std::int64_t k) { return std::clamp<std::int64_t>((1 << 16) / std::max<std::int64_t>(k, 1), 8, 256); }
-
-/// Y = X W^T for a BF16 or F32 weight; `store(n0, nb, tile)` receives each [M, nb] f32 tile.
-template <class Store>
-void dense_product(const float* x, std::int64_t m, const WeightView<>& w, Store&& store) {
-  const std::int64_t k = w.in, n = w.out, nb = tile_rows(k);
-  const Eigen::Map<const RowMatrixF> X(x, m, k);
-  parallel_for((n + nb - 1) / nb, (m + 1) * nb * k, [&](std::int64_t t) {
-    const std::int64_t n0 = t * nb, rows = std::min(nb, n - n0);
-    const float* wt;
-    if (w.dtype == DType::F32) {
-      wt = static_cast<const float*>(w.data) + n0 * k;
-    } else {
-      float* scratch = thread_scratch(0, static_cast<std::size_t>(rows * k));
-      weight_rows_f32(w, n0, rows, scratch);
-      wt = scratch;
-    }
-    const Eigen::Map<const RowMatrixF> W(wt, rows, k);
-    Eigen::Map<RowMatrixF> Y(thread_scratch(1, static_cast<std::size_t>(m * rows)), m, rows);
-    Y.noalias() = X * W.transpose();
-    store(n0, rows, Y.data());
-  });
-}
-
-/// Y = dequant(Xq) dequant(W)^T block by block: per 128-wide K block the dot product of E4M3 values,
-/// computed exactly (in double: every product and partial sum of E4M3 values is representable) and
-/// rounded once to f32, times a_scale[m, kb] * w_scale[n / 128, kb], summed over K blocks in f32 —
-/// the reference's arithmetic exactly, which matters because quantized sums often land exactly on
-/// bf16 rounding midpoints.
-/// Activation rows up to which the FP8 product streams the weights row by row instead of going
-/// through Eigen's blocked GEMM.
-inline constexpr std::int64_t kFewRows = 4;
-
-/// E4M3 code -> exact double value.
-inline constexpr auto kE4m3DecodeDouble = [] {
-  std::array<double, 256> t{};
-  for (unsigned c = 0; c < 256; ++c) t[c] = ::dsv32::detail::e4m3_value(c);
-  return t;
-}();
-
-template <class Store>
-void fp8_product(const std::uint8_t* xq, const float* xs, std::int64_t m, const WeightView<>& w, Store&& store) {
-  using RowMatrixD = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  const std::int64_t k = w.in, n = w.out, kb_count = k / kBlockSize, sc = w.scale_cols();
-  RowMatrixD xd(m, k);
-  for (std::int64_t i = 0; i < m * k; ++i) xd.data()[i] = decode_e4m3(xq[i]);
-  const auto* wq = static_cast<const std::uint8_t*>(w.data);
-  parallel_for((n + kBlockSize - 1) / kBlockSize, (m + 1) * kBlockSize * k, [&](std::int64_t nb) {
-    const std::int64_t n0 = nb * kBlockSize, rows = std::min(kBlockSize, n - n0);
-    Eigen::Map<RowMatrixF> acc(thread_scratch(1, static_cast<std::size_t>(m * rows)), m, rows);
-    acc.setZero();
-    if (m <= kFewRows) {
-      // Decode: a few activation rows. Each weight is read once and looked up in a double table; the
-      // block dots are the same exact sums (in another order, which exact sums do not notice).
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const std::uint8_t* wrow = wq + (n0 + r) * k;
-        for (std::int64_t kb = 0; kb < kb_count; ++kb) {
-          const std::uint8_t* wb = wrow + kb * kBlockSize;
-          const float ws = w.scale[nb * sc + kb];
-          for (std::int64_t i = 0; i < m; ++i) {
-            const double* xb = xd.data() + i * k + kb * kBlockSize;
-            double d0 = 0, d1 = 0, d2 = 0, d3 = 0;
-            for (std::int64_t c = 0; c < kBlockSize; c += 4) {
-              d0 += kE4m3DecodeDouble[wb[c]] * xb[c];
-              d1 += kE4m3DecodeDouble[wb[c + 1]] * xb[c + 1];
-              d2 += kE4m3DecodeDouble[wb[c + 2]] * xb[c + 2];
-              d3 += kE4m3DecodeDouble[wb[c + 3]] * xb[c + 3];
-            }
-            acc(i, r) += static_cast<float>((d0 + d1) + (d2 + d3)) * (xs[i * kb_count + kb] * ws);
-          }
-        }
-      }
-      store(n0, rows, acc.data());
-      return;
-    }
-    RowMatrixD wblock(rows, kBlockSize), partial(m, rows);
-    for (std::int64_t kb = 0; kb < kb_count; ++kb) {
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c = 0; c < kBlockSize; ++c)
-          wblock(r, c) = decode_e4m3(wq[(n0 + r) * k + kb * kBlockSize + c]);
-      partial.noalias() = xd.middleCols(kb * kBlockSize, kBlockSize) * wblock.transpose();
-      const float ws = w.scale[nb * sc + kb];
-      for (std::int64_t i = 0; i < m; ++i) {
-        const float row_scale = xs[i * kb_count + kb] * ws;
-        for (std::int64_t j = 0; j < rows; ++j) acc(i, j) += static_cast<float>(partial(i, j)) * row_scale;
-      }
-    }
-    store(n0, rows, acc.data());
-  });
-}
-
-inline std::vector<float> widen(MatrixView<const bf16> x) {
-  std::vector<float> out(static_cast<std::size_t>(x.rows * x.cols));
-  for (std::int64_t r = 0; r < x.rows; ++r)
-    for (std::int64_t c = 0; c < x.cols; ++c) out[r * x.cols + c] = static_cast<float>(x.row(r)[c]);
-  return out;
-}
 
 /// Refuses a weight dtype the products cannot read, before any parallel loop: an exception thrown
 /// inside an OpenMP region would terminate the program instead of reaching the caller.
@@ -186,6 +133,213 @@ inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView<>& w,
               ", ", x.cols, "] and output [", y_rows, ", ", y_cols, "] do not fit weight [", w.out, ", ", w.in, "]");
 }
 
+/// Columns of x (and of a weight) per packed panel: one FP8 scale block.
+inline constexpr int kPanelK = 128;
+
+/// Per-thread scratch arrays, grown on demand and reused across calls (slot: which array).
+template <class T>
+T* gemm_scratch(int slot, std::size_t n) {
+  thread_local std::vector<T> buffers[6];
+  auto& b = buffers[slot];
+  if (b.size() < n) b.resize(n);
+  return b.data();
+}
+
+/// Rows per task so that [0, n) gives about want_tasks tasks: a multiple of align, at most max_rows.
+inline std::int64_t chunk_rows(std::int64_t n, std::int64_t want_tasks, std::int64_t align, std::int64_t max_rows) {
+  std::int64_t rows = (n + want_tasks - 1) / want_tasks;
+  rows = (rows + align - 1) / align * align;
+  return std::clamp<std::int64_t>(rows, align, max_rows);
+}
+
+/// y = x W^T for a BF16 or F32 weight; store(m0, rows, n0, cols, tile, ld) receives f32 tiles.
+template <class Store>
+void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const WeightView<>& w, Store&& store) {
+  const std::int64_t M = x.rows, N = w.out, K = w.in;
+  const int nr = ops.nr, mr = ops.mr;
+  const auto micro = w.dtype == DType::F32 ? ops.micro_rounded_products : ops.micro_exact_products;
+  auto pack_b = [&](std::int64_t row, int n, std::int64_t k0, int kc, float* out) {
+    if (w.dtype == DType::F32)
+      ops.pack_f32(static_cast<const float*>(w.data) + row * K + k0, K, n, kc, out);
+    else
+      ops.pack_bf16(reinterpret_cast<const std::uint16_t*>(w.data) + row * K + k0, K, n, kc, out);
+  };
+  // rows [m0, m0 + rows) of x, columns [k0, k0 + kc), as f32 rows kPanelK apart
+  auto pack_a = [&](std::int64_t m0, std::int64_t rows, std::int64_t k0, int kc, float* out) {
+    for (std::int64_t i = 0; i < rows; ++i)
+      ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(x.row(m0 + i) + k0), kc, out + i * kPanelK);
+  };
+  const std::int64_t chunks = (K + kPanelK - 1) / kPanelK;
+  if (M <= mr) {
+    // Decode: every weight row is read once; a thread streams whole rows, nr at a time.
+    float* a = gemm_scratch<float>(0, static_cast<std::size_t>(M * chunks * kPanelK));
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const int kc = static_cast<int>(std::min<std::int64_t>(kPanelK, K - c * kPanelK));
+      pack_a(0, M, c * kPanelK, kc, a + c * kPanelK * M);
+    }
+    const std::int64_t rows = chunk_rows(N, 8 * num_threads(), nr, 4 * nr);
+    parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
+      const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
+      float* bp = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nr));
+      float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(M * rows));
+      for (std::int64_t p = 0; p < cols; p += nr) {
+        const int n = static_cast<int>(std::min<std::int64_t>(nr, cols - p));
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          const int kc = static_cast<int>(std::min<std::int64_t>(kPanelK, K - c * kPanelK));
+          pack_b(n0 + p, n, c * kPanelK, kc, bp);
+          micro(static_cast<int>(M), kc, a + c * kPanelK * M, kPanelK, bp, nr, cbuf + p, rows, c > 0);
+        }
+      }
+      store(0, M, n0, cols, cbuf, rows);
+    });
+    return;
+  }
+  // Prefill: tasks of (mc x rows) x (nc weight rows); each packs its weight panel once per 128
+  // columns and runs every row tile of x against it.
+  const std::int64_t nc = 4 * nr, mc = std::min<std::int64_t>(M, 16 * mr);
+  const std::int64_t tm = (M + mc - 1) / mc, tn = (N + nc - 1) / nc;
+  parallel_for(tm * tn, mc * nc * K, [&](std::int64_t t) {
+    const std::int64_t m0 = (t % tm) * mc, n0 = (t / tm) * nc;
+    const std::int64_t rows = std::min(mc, M - m0), cols = std::min(nc, N - n0);
+    float* bp = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nc));
+    float* ap = gemm_scratch<float>(3, static_cast<std::size_t>(kPanelK * mc));
+    float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(mc * nc));
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      const std::int64_t k0 = c * kPanelK;
+      const int kc = static_cast<int>(std::min<std::int64_t>(kPanelK, K - k0));
+      for (std::int64_t p = 0; p < cols; p += nr)
+        pack_b(n0 + p, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), k0, kc, bp + p * kPanelK);
+      pack_a(m0, rows, k0, kc, ap);
+      for (std::int64_t p = 0; p < cols; p += nr)
+        for (std::int64_t i = 0; i < rows; i += mr)
+          micro(static_cast<int>(std::min<std::int64_t>(mr, rows - i)), kc, ap + i * kPanelK, kPanelK,
+                bp + p * kPanelK, nr, cbuf + i * nc + p, nc, c > 0);
+    }
+    store(m0, rows, n0, cols, cbuf, nc);
+  });
+}
+
+/// y = dequant(xq) dequant(W)^T for an F8_E4M3 weight: per 128-wide block the dot of E4M3 values
+/// (exact, or f32 in the fast mode), rounded to f32, times xs[m, kb] * w_scale[n / 128, kb], summed
+/// over the blocks in increasing k in f32 — the reference's arithmetic. store() as dense_product().
+template <class Store>
+void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* xs, std::int64_t M,
+                 const WeightView<>& w, Fp8Accumulation mode, Store&& store) {
+  const std::int64_t N = w.out, K = w.in, KB = K / kPanelK, sc = w.scale_cols();
+  const auto* wq = static_cast<const std::uint8_t*>(w.data);
+  if (M <= 8) {
+    // Decode (both modes): weight rows streamed once, exact block dots against x * 2^512 in double.
+    double* xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
+    ops.widen_e4m3_f64(xq, M * K, xd);
+    for (std::int64_t i = 0; i < M * K; ++i) xd[i] *= simd::kE4m3RowsXScale;
+    std::int64_t rows = 64;  // a power of two, so that a task never straddles two 128-row scale blocks
+    while (rows > 8 && (N + rows - 1) / rows < 8 * num_threads()) rows /= 2;
+    const std::int64_t kb_step = std::max<std::int64_t>(1, 256 / M);  // x blocks of one pass stay in L2
+    parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
+      const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
+      float* out = gemm_scratch<float>(2, static_cast<std::size_t>(M * rows));
+      std::fill(out, out + M * rows, 0.0f);
+      const float* ws = w.scale + (n0 / kBlockSize) * sc;
+      for (std::int64_t kb = 0; kb < KB; kb += kb_step)
+        ops.e4m3_rows(static_cast<int>(M), static_cast<int>(cols), kb, std::min(KB, kb + kb_step), xd, K, xs, KB,
+                      wq + n0 * K, K, ws, out, rows);
+      store(0, M, n0, cols, out, rows);
+    });
+    return;
+  }
+  // Prefill: tasks of (mc x rows) x (nc weight rows, whole 128-row scale blocks); per 128 columns
+  // the weight panel is packed once (f64 exact values, or f32 in the fast mode) and every row tile
+  // of x runs against it.
+  const bool exact = mode == Fp8Accumulation::exact;
+  const int nr = exact ? ops.nr64 : ops.nr, mr = exact ? ops.mr64 : ops.mr;
+  const std::int64_t blocks = (N + kBlockSize - 1) / kBlockSize;
+  const std::int64_t nc = kBlockSize * (blocks >= 8 * num_threads() ? 2 : 1), mc = std::min<std::int64_t>(M, 16 * mr);
+  const std::int64_t tm = (M + mc - 1) / mc, tn = (N + nc - 1) / nc;
+  parallel_for(tm * tn, mc * nc * K, [&](std::int64_t t) {
+    const std::int64_t m0 = (t % tm) * mc, n0 = (t / tm) * nc;
+    const std::int64_t rows = std::min(mc, M - m0), cols = std::min(nc, N - n0);
+    float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(mc * nc));
+    std::fill(cbuf, cbuf + mc * nc, 0.0f);
+    float* scale = gemm_scratch<float>(3, static_cast<std::size_t>(mc * (nc / kBlockSize)));
+    for (std::int64_t kb = 0; kb < KB; ++kb) {
+      const std::int64_t k0 = kb * kPanelK;
+      for (std::int64_t j = 0; j * kBlockSize < cols; ++j)  // scale[j][i]: row i against weight block j
+        for (std::int64_t i = 0; i < rows; ++i)
+          scale[j * mc + i] = xs[(m0 + i) * KB + kb] * w.scale[(n0 / kBlockSize + j) * sc + kb];
+      if (exact) {
+        double* bp = gemm_scratch<double>(1, static_cast<std::size_t>(kPanelK * nc));
+        double* ap = gemm_scratch<double>(2, static_cast<std::size_t>(kPanelK * mc));
+        for (std::int64_t p = 0; p < cols; p += nr)
+          ops.pack_e4m3_f64(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)),
+                            kPanelK, bp + p * kPanelK);
+        for (std::int64_t i = 0; i < rows; ++i) ops.widen_e4m3_f64(xq + (m0 + i) * K + k0, kPanelK, ap + i * kPanelK);
+        alignas(64) double dot[16 * 16];
+        for (std::int64_t p = 0; p < cols; p += nr)
+          for (std::int64_t i = 0; i < rows; i += mr) {
+            const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
+            ops.micro_f64(h, kPanelK, ap + i * kPanelK, kPanelK, bp + p * kPanelK, dot, nr);
+            ops.epilogue_f64(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
+                             scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
+          }
+      } else {
+        float* bp = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nc));
+        float* ap = gemm_scratch<float>(0, static_cast<std::size_t>(kPanelK * mc));
+        for (std::int64_t p = 0; p < cols; p += nr)
+          ops.pack_e4m3(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), kPanelK,
+                        bp + p * kPanelK);
+        for (std::int64_t i = 0; i < rows; ++i) ops.widen_e4m3(xq + (m0 + i) * K + k0, kPanelK, ap + i * kPanelK);
+        alignas(64) float dot[16 * 32];
+        for (std::int64_t p = 0; p < cols; p += nr)
+          for (std::int64_t i = 0; i < rows; i += mr) {
+            const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
+            ops.micro_exact_products(h, kPanelK, ap + i * kPanelK, kPanelK, bp + p * kPanelK, nr, dot, nr, false);
+            ops.epilogue_f32(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
+                             scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
+          }
+      }
+    }
+    store(m0, rows, n0, cols, cbuf, nc);
+  });
+}
+
+/// c[i][j] = sum_k a[i][k] b(k, j) for i < M, j < N: f32 sums in increasing k on the kernels of
+/// gemm_ops(), on the calling thread. b(k, j) is b[j * ldb + k] when b_rows_n (a weight's [N, K]
+/// layout), else b[k * ldb + j]. Every product must be exact in f32 (bf16 or E4M3 values times each
+/// other), so the result is the same on every ISA and equals the plain loop's.
+inline void matmul_exact_products(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t lda,
+                                  const float* b, std::int64_t ldb, bool b_rows_n, float* c, std::int64_t ldc) {
+  const simd::GemmOps& ops = gemm_ops();
+  const int nr = ops.nr, mr = ops.mr;
+  if (M <= 0 || N <= 0) return;
+  if (K <= 0) {
+    for (std::int64_t i = 0; i < M; ++i) std::fill(c + i * ldc, c + i * ldc + N, 0.0f);
+    return;
+  }
+  float* bp = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nr));
+  float* tile = gemm_scratch<float>(2, static_cast<std::size_t>(M * nr));
+  for (std::int64_t n0 = 0; n0 < N; n0 += nr) {
+    const int n = static_cast<int>(std::min<std::int64_t>(nr, N - n0));
+    for (std::int64_t k0 = 0; k0 < K; k0 += kPanelK) {
+      const int kc = static_cast<int>(std::min<std::int64_t>(kPanelK, K - k0));
+      const float* panel = bp;
+      std::int64_t ldp = nr;
+      if (b_rows_n) {
+        ops.pack_f32(b + n0 * ldb + k0, ldb, n, kc, bp);
+      } else if (n == nr) {
+        panel = b + k0 * ldb + n0;
+        ldp = ldb;
+      } else {
+        for (int k = 0; k < kc; ++k)
+          for (int j = 0; j < nr; ++j) bp[k * nr + j] = j < n ? b[(k0 + k) * ldb + n0 + j] : 0.0f;
+      }
+      for (std::int64_t m0 = 0; m0 < M; m0 += mr)
+        ops.micro_exact_products(static_cast<int>(std::min<std::int64_t>(mr, M - m0)), kc, a + m0 * lda + k0, lda,
+                                 panel, ldp, tile + m0 * nr, nr, k0 > 0);
+    }
+    for (std::int64_t i = 0; i < M; ++i) std::copy(tile + i * nr, tile + i * nr + n, c + i * ldc + n0);
+  }
+}
+
 }  // namespace detail
 
 /// \brief y = bf16(x W^T) with f32 accumulation: the reference's `linear` (bf16 or FP8 weights).
@@ -197,20 +351,24 @@ inline void linear(MatrixView<const bf16> x, const WeightView<>& w, ScaleFmt fmt
   detail::check_linear_shapes(x, w, y.rows, y.cols);
   detail::check_weight_dtype(w, "linear");
   if (x.rows == 0) return;
-  auto store = [&](std::int64_t n0, std::int64_t nb, const float* tile) {
-    for (std::int64_t r = 0; r < x.rows; ++r)
-      for (std::int64_t j = 0; j < nb; ++j) y.row(r)[n0 + j] = bf16(tile[r * nb + j]);
+  auto store = [&](std::int64_t m0, std::int64_t rows, std::int64_t n0, std::int64_t cols, const float* tile,
+                   std::int64_t ld) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      bf16* dst = y.row(m0 + r) + n0;
+      for (std::int64_t j = 0; j < cols; ++j) dst[j] = bf16(tile[r * ld + j]);
+    }
   };
+  const simd::GemmOps& ops = gemm_ops();
   if (w.dtype == DType::F8_E4M3) {
     DSV32_CHECK(w.in % kBlockSize == 0, invalid_argument, "FP8 linear needs in_features % 128 == 0, got ", w.in);
     const std::int64_t kb = w.in / kBlockSize;
-    std::vector<std::uint8_t> xq(static_cast<std::size_t>(x.rows * w.in));
-    std::vector<float> xs(static_cast<std::size_t>(x.rows * kb));
-    act_quant(x, fmt, {xq.data(), x.rows, w.in, w.in}, {xs.data(), x.rows, kb, kb});
-    detail::fp8_product(xq.data(), xs.data(), x.rows, w, store);
+    // the calling thread's scratch slots that no task of the product uses
+    std::uint8_t* xq = detail::gemm_scratch<std::uint8_t>(0, static_cast<std::size_t>(x.rows * w.in));
+    float* xs = detail::gemm_scratch<float>(4, static_cast<std::size_t>(x.rows * kb));
+    act_quant(x, fmt, {xq, x.rows, w.in, w.in}, {xs, x.rows, kb, kb});
+    detail::fp8_product(ops, xq, xs, x.rows, w, fp8_accumulation(), store);
   } else {
-    const std::vector<float> xf = detail::widen(x);
-    detail::dense_product(xf.data(), x.rows, w, store);
+    detail::dense_product(ops, x, w, store);
   }
 }
 
@@ -223,10 +381,12 @@ inline void linear_f32(MatrixView<const bf16> x, const WeightView<>& w, MatrixVi
   DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32, invalid_argument,
               "f32 linear needs a BF16 or F32 weight, got ", dtype_name(w.dtype));
   if (x.rows == 0) return;
-  const std::vector<float> xf = detail::widen(x);
-  detail::dense_product(xf.data(), x.rows, w, [&](std::int64_t n0, std::int64_t nb, const float* tile) {
-    for (std::int64_t r = 0; r < x.rows; ++r) std::copy(tile + r * nb, tile + (r + 1) * nb, y.row(r) + n0);
-  });
+  detail::dense_product(gemm_ops(), x, w,
+                        [&](std::int64_t m0, std::int64_t rows, std::int64_t n0, std::int64_t cols, const float* tile,
+                            std::int64_t ld) {
+                          for (std::int64_t r = 0; r < rows; ++r)
+                            std::copy(tile + r * ld, tile + r * ld + cols, y.row(m0 + r) + n0);
+                        });
 }
 
 }  // namespace cpu

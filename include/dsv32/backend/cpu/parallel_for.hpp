@@ -15,6 +15,27 @@ namespace dsv32::cpu {
 ///        decode step's norms, a tiny model's layers — stay serial.
 inline constexpr std::int64_t kParallelWorkThreshold = std::int64_t{1} << 18;
 
+/// \brief The number of threads the CPU kernels use: OpenMP's (the machine's cores unless
+///        OMP_NUM_THREADS or set_num_threads() says otherwise); 1 without OpenMP.
+inline int num_threads() noexcept {
+#if defined(_OPENMP)
+  return omp_get_max_threads();
+#else
+  return 1;
+#endif
+}
+
+/// \brief The one knob for the CPU backend's thread count (what OMP_NUM_THREADS sets at start-up):
+///        every later parallel loop uses `n` threads. Ignored without OpenMP.
+/// \param n threads, >= 1
+inline void set_num_threads(int n) noexcept {
+#if defined(_OPENMP)
+  if (n >= 1) omp_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
 /// \brief Calls `f(i)` for every i in [0, n), spread over the OpenMP threads when the loop's total
 ///        work `n * work_per_item` is worth it. Iterations must be independent.
 /// \param n             iterations

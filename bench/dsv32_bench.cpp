@@ -1,0 +1,471 @@
+// dsv32-bench: the CPU backend on a DeepSeek-V3.2 "671B slice" — every dimension of the 671B model,
+// 2 layers (1 dense, 1 MoE with 32 routed experts, 8 active), FP8 ue8m0 weights (or the bf16
+// variant; the embedding and the output head are bf16 in both, as in the tensor table) — against the
+// run's own yardsticks (STREAM-triad bandwidth, register-only f32 FMA peak).
+// Medians over repetitions, printed as a table, or as one JSON object with --json.
+//
+//   dsv32-bench [--dtype fp8|bf16] [--threads N] [--reps N] [--json] [--checkpoint DIR] ...  (--help)
+//
+// Decode roofline fraction = (bytes one decode step must read: the weights it uses in their stored
+// dtypes with their scales, the cache rows it touches) / step time / triad bandwidth.
+// Prefill FMA fraction = (matrix FLOPs of the prefill) / time / f32 FMA peak.
+#include <dsv32/dsv32.hpp>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace dsv32;
+using Clock = std::chrono::steady_clock;
+
+/// The 671B model's dimensions in two layers: layer 0 dense, layer 1 MoE with 32 routed experts in
+/// 8 groups (4 kept), 8 active, 1 shared; FP8 E4M3 with ue8m0 activation scales.
+struct Slice671BFp8 : Config671B {
+  static constexpr std::string_view name = "deepseek-v3.2-671b-slice-fp8";
+  static constexpr std::int64_t n_layers = 2;
+  static constexpr std::int64_t n_dense_layers = 1;
+  static constexpr std::int64_t n_routed_experts = 32;
+};
+/// The same slice with bf16 weights.
+struct Slice671BBf16 : Slice671BFp8 {
+  static constexpr std::string_view name = "deepseek-v3.2-671b-slice-bf16";
+  static constexpr WeightDType dtype = WeightDType::bf16;
+};
+
+struct Options {
+  std::string dtype = "fp8";
+  int threads = 0;  // 0: the machine's cores
+  int reps = 5;          // decode steps: medians of this many
+  int prefill_reps = 3;  // prefills: medians of this many
+  bool json = false;
+  std::string checkpoint;
+  std::uint64_t seed = 1;
+  std::int64_t prefill = 512;
+  std::vector<std::int64_t> contexts = {1024, 4096};
+  std::int64_t batch = 8;
+  std::int64_t batch_context = 256;
+  bool fast_mode = true;  // also time the FP8 fast accumulation mode
+};
+
+[[noreturn]] void usage(int rc) {
+  std::fprintf(rc ? stderr : stdout,
+               "usage: dsv32-bench [options]\n"
+               "  --dtype fp8|bf16        weights of the 671B slice (default fp8: E4M3 + ue8m0 scales)\n"
+               "  --threads N             CPU threads, N >= 1 (default: the machine's cores)\n"
+               "  --reps N                decode steps per figure, medians reported (default 5)\n"
+               "  --prefill-reps N        prefills per figure, medians reported (default 3)\n"
+               "  --json                  one JSON object on standard output instead of the table\n"
+               "  --checkpoint DIR        load DIR (its config.json must be the slice's) instead of random weights\n"
+               "  --seed S                seed of the random weights (default 1)\n"
+               "  --prefill N             prompt length of the prefill figure (default 512)\n"
+               "  --contexts A,B,...      contexts of the batch-1 decode figures (default 1024,4096)\n"
+               "  --batch B               sequences of the batched decode figure (default 8)\n"
+               "  --batch-context N       their context (default 256)\n"
+               "  --no-fast-mode          skip the FP8 fast-accumulation figures\n");
+  std::exit(rc);
+}
+
+std::int64_t parse_int(const std::string& what, const std::string& v, std::int64_t lo) {
+  char* end = nullptr;
+  const long long x = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end != '\0' || x < lo) {
+    std::fprintf(stderr, "dsv32-bench: %s expects an integer >= %lld, got '%s'\n", what.c_str(),
+                 static_cast<long long>(lo), v.c_str());
+    std::exit(2);
+  }
+  return x;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "dsv32-bench: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") usage(0);
+    else if (a == "--dtype") {
+      o.dtype = value();
+      if (o.dtype != "fp8" && o.dtype != "bf16") {
+        std::fprintf(stderr, "dsv32-bench: --dtype is fp8 or bf16, got '%s'\n", o.dtype.c_str());
+        std::exit(2);
+      }
+    } else if (a == "--threads") o.threads = static_cast<int>(parse_int(a, value(), 1));
+    else if (a == "--reps") o.reps = static_cast<int>(parse_int(a, value(), 1));
+    else if (a == "--prefill-reps") o.prefill_reps = static_cast<int>(parse_int(a, value(), 1));
+    else if (a == "--json") o.json = true;
+    else if (a == "--checkpoint") o.checkpoint = value();
+    else if (a == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(a, value(), 0));
+    else if (a == "--prefill") o.prefill = parse_int(a, value(), 1);
+    else if (a == "--contexts") {
+      o.contexts.clear();
+      std::stringstream ss(value());
+      for (std::string part; std::getline(ss, part, ',');) o.contexts.push_back(parse_int(a, part, 1));
+      std::sort(o.contexts.begin(), o.contexts.end());
+    } else if (a == "--batch") o.batch = parse_int(a, value(), 1);
+    else if (a == "--batch-context") o.batch_context = parse_int(a, value(), 1);
+    else if (a == "--no-fast-mode") o.fast_mode = false;
+    else {
+      std::fprintf(stderr, "dsv32-bench: unknown argument '%s' (see --help)\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+/// Median seconds of `reps` runs of f() after one warm-up run.
+template <class F>
+double median_s(int reps, F&& f) {
+  f();
+  std::vector<double> t;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    t.push_back(seconds_since(t0));
+  }
+  return median(t);
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+/// Peak resident set (VmHWM) in bytes, 0 where /proc is missing.
+double peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::atof(line.c_str() + 6) * 1024.0;
+  return 0;
+}
+/// Resets VmHWM to the current resident set (Linux >= 4.0), so the yardsticks' arrays do not count.
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+// ------------------------------------------------------------------------------------------ yardsticks
+
+/// STREAM triad a = b + s c over three arrays of 2^25 doubles (768 MiB), all threads, best of 7;
+/// 24 bytes per element, as STREAM counts them.
+double stream_triad_gbs() {
+  const std::int64_t n = std::int64_t{1} << 25;
+  std::unique_ptr<double[]> a(new double[n]), b(new double[n]), c(new double[n]);
+#pragma omp parallel for schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) a[i] = 0.0, b[i] = 1.0, c[i] = 2.0;
+  double best = 0;
+  for (int rep = 0; rep < 7; ++rep) {
+    const double s = 0.5 + rep;
+    const auto t0 = Clock::now();
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i) a[i] = b[i] + s * c[i];
+    best = std::max(best, 24.0 * static_cast<double>(n) / seconds_since(t0) / 1e9);
+  }
+  if (a[n / 2] < 0) std::printf("impossible\n");  // keeps the stores alive
+  return best;
+}
+
+#if defined(DSV32_CPU_X86)
+DSV32_TARGET_AVX512 double fma_chains_avx512(std::int64_t iters) {
+  __m512 acc[16];
+  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
+  for (std::int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
+    __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]), "+v"(acc[5]),
+                     "+v"(acc[6]), "+v"(acc[7]));
+  }
+  __m512 s = acc[0];
+  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  return _mm512_reduce_add_ps(s);
+}
+DSV32_TARGET_AVX2 double fma_chains_avx2(std::int64_t iters) {
+  __m256 acc[12];
+  for (int j = 0; j < 12; ++j) acc[j] = _mm256_set1_ps(static_cast<float>(j));
+  const __m256 m = _mm256_set1_ps(0.999999f), c = _mm256_set1_ps(1e-7f);
+  for (std::int64_t i = 0; i < iters; ++i) {
+    for (int j = 0; j < 12; ++j) acc[j] = _mm256_fmadd_ps(acc[j], m, c);
+    __asm__ volatile("" : "+x"(acc[0]), "+x"(acc[1]), "+x"(acc[2]), "+x"(acc[3]), "+x"(acc[4]), "+x"(acc[5]));
+  }
+  __m256 s = acc[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, acc[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+#endif
+
+/// Register-only f32 FMA throughput (independent chains on the widest vectors the kernels use), all
+/// threads; best of 5, in GFLOP/s (an FMA is 2 FLOPs).
+double fma_peak_gflops(cpu::Isa isa) {
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const std::int64_t iters = 20'000'000;
+    double flops_per_thread = 0;
+    const auto t0 = Clock::now();
+#pragma omp parallel reduction(+ : flops_per_thread)
+    {
+      double sink = 0;
+#if defined(DSV32_CPU_X86)
+      if (isa == cpu::Isa::avx512) {
+        sink = fma_chains_avx512(iters);
+        flops_per_thread += 2.0 * 16 * 16 * static_cast<double>(iters);
+      } else if (isa == cpu::Isa::avx2) {
+        sink = fma_chains_avx2(iters / 2);
+        flops_per_thread += 2.0 * 12 * 8 * static_cast<double>(iters / 2);
+      }
+#endif
+      if (isa == cpu::Isa::portable) {
+        float acc[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+        for (std::int64_t i = 0; i < iters / 8; ++i)
+          for (float& a : acc) a = a * 0.999999f + 1e-7f;
+        sink = acc[0] + acc[7];
+        flops_per_thread += 2.0 * 8 * static_cast<double>(iters / 8);
+      }
+      if (sink == 12345.678) std::printf(" ");
+    }
+    best = std::max(best, flops_per_thread / seconds_since(t0) / 1e9);
+  }
+  return best;
+}
+
+// ------------------------------------------------------------------------------------------ model runs
+
+struct Figures {
+  std::string config, weights;
+  double init_s = 0;
+  double weight_bytes = 0, cache_bytes = 0, scratch_bytes = 0;
+  double planned_bytes = 0;  // MemoryPlan::total(): weights, caches, rope tables, forward scratch
+  double prefill_tps = 0, prefill_flops = 0, prefill_fma_fraction = 0;
+  double prefill_fast_tps = 0, prefill_fast_fma_fraction = 0;
+  struct Decode {
+    std::int64_t context = 0;
+    double ms = 0, bytes = 0, roofline = 0, fast_ms = 0;
+  };
+  std::vector<Decode> decode;
+  double batch_step_ms = 0, batch_tps = 0, batch1_tps = 0, batch_ratio = 0;
+  double peak_rss = 0;
+};
+
+std::vector<std::int32_t> prompt_tokens(std::int64_t n, std::int64_t vocab, std::int64_t salt) {
+  std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    t[i] = static_cast<std::int32_t>(mix64(static_cast<std::uint64_t>(i * 131 + salt)) % static_cast<std::uint64_t>(vocab));
+  return t;
+}
+
+/// Bytes a batch-1 decode step at context `ctx` (positions [0, ctx) cached) must read.
+template <class Config, class Model>
+double decode_step_bytes(Model& model, std::int64_t ctx) {
+  double bytes = 0;
+  for (const TensorEntry& t : model.tensors()) {
+    if (t.name == "embed.weight") bytes += Config::dim * 2.0;  // one row
+    else if (t.name.find(".ffn.experts.") != std::string::npos)
+      bytes += static_cast<double>(t.bytes) * Config::n_activated_experts / Config::n_routed_experts;
+    else bytes += static_cast<double>(t.bytes);
+  }
+  const double visible = static_cast<double>(ctx + 1), selected = std::min<double>(visible, Config::index_topk);
+  const double per_layer = visible * (Config::index_head_dim + 4.0 * Config::index_head_dim / 128) +
+                           selected * (Config::kv_lora_rank + Config::qk_rope_head_dim) * 2.0;
+  return bytes + per_layer * Config::n_layers;
+}
+
+/// Matrix FLOPs of a batch-1 prefill of S tokens from position 0 returning the last logits.
+template <class Config, class Model>
+double prefill_flops(Model& model, std::int64_t S) {
+  double per_token = 0, per_position = 0, head = 0;
+  for (const TensorEntry& t : model.tensors()) {
+    if (t.shape.rank() != 2 || t.name.ends_with(".scale") || t.name == "embed.weight") continue;
+    const double params = static_cast<double>(t.shape[0] * t.shape[1]);
+    if (t.name == "head.weight") head += params;
+    else if (t.name.find(".wkv_b.") != std::string::npos) per_position += params;
+    else if (t.name.find(".ffn.experts.") != std::string::npos)
+      per_token += params * Config::n_activated_experts / Config::n_routed_experts;
+    else per_token += params;
+  }
+  double attn = 0;
+  for (std::int64_t s = 0; s < S; ++s) {
+    const double visible = static_cast<double>(s + 1), selected = std::min<double>(visible, Config::index_topk);
+    attn += visible * Config::index_n_heads * Config::index_head_dim +
+            selected * Config::n_heads * (Config::qk_nope_head_dim + Config::qk_rope_head_dim + Config::v_head_dim);
+  }
+  return 2.0 * (per_token * S + per_position * S + head) + 2.0 * attn * Config::n_layers;
+}
+
+template <class Config>
+Figures run(const Options& o, double fma_peak, double bandwidth) {
+  Figures f;
+  f.config = std::string(Config::name);
+  std::int64_t max_ctx = std::max(o.prefill, o.batch_context) + 1;
+  for (std::int64_t c : o.contexts) max_ctx = std::max(max_ctx, c + 1);
+  RuntimeOptions ro;
+  ro.max_batch_size = std::max<std::int64_t>(1, o.batch);
+  ro.max_seq_len = max_ctx + 63;
+  // The forward scratch is sized for max_batch_size x max_tokens_per_call tokens: no call here has
+  // more per sequence than the prefill, the batch's prompts or a 512-token cache fill.
+  ro.max_tokens_per_call = std::max({o.prefill, o.batch_context, std::int64_t{512}});
+  auto model = std::make_unique<Transformer<Config>>(ro);
+  auto t0 = Clock::now();
+  if (o.checkpoint.empty()) {
+    model->init_random(o.seed);
+    f.weights = "random (seed " + std::to_string(o.seed) + ")";
+  } else {
+    load_checkpoint(*model, o.checkpoint);
+    f.weights = o.checkpoint;
+  }
+  f.init_s = seconds_since(t0);
+  const MemoryPlan plan = model->memory_plan();
+  f.weight_bytes = static_cast<double>(plan.weights);
+  f.cache_bytes = static_cast<double>(plan.caches);
+  f.scratch_bytes = static_cast<double>(plan.scratch);
+  f.planned_bytes = static_cast<double>(plan.total());
+  if (!o.json)
+    std::fprintf(stderr, "%s: weights %s (%s) in %.1f s, caches %s, forward scratch %s; load %s\n", f.config.c_str(),
+                 format_bytes(f.weight_bytes).c_str(), f.weights.c_str(), f.init_s, format_bytes(f.cache_bytes).c_str(),
+                 format_bytes(f.scratch_bytes).c_str(), loadavg().c_str());
+
+  const std::int64_t V = Config::vocab_size;
+  const auto prompt = prompt_tokens(o.prefill, V, 1);
+  auto time_prefill = [&] { return median_s(o.prefill_reps, [&] { model->forward(prompt, 1, 0); }); };
+  f.prefill_flops = prefill_flops<Config>(*model, o.prefill);
+  const double prefill_s = time_prefill();
+  f.prefill_tps = static_cast<double>(o.prefill) / prefill_s;
+  f.prefill_fma_fraction = f.prefill_flops / prefill_s / (fma_peak * 1e9);
+  if (!o.json) std::fprintf(stderr, "  prefill %lld: %.2f tokens/s; load %s\n", static_cast<long long>(o.prefill), f.prefill_tps, loadavg().c_str());
+
+  // batch-1 decode at each context: the prompt's cache is extended in chunks of 512 tokens
+  std::int64_t filled = o.prefill;
+  const std::int32_t next = 1;
+  for (std::int64_t ctx : o.contexts) {
+    while (filled < ctx) {
+      const std::int64_t n = std::min<std::int64_t>(512, ctx - filled);
+      model->forward(prompt_tokens(n, V, filled + 7), 1, filled);
+      filled += n;
+    }
+    Figures::Decode d;
+    d.context = ctx;
+    d.ms = 1e3 * median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
+    d.bytes = decode_step_bytes<Config>(*model, ctx);
+    d.roofline = d.bytes / (d.ms * 1e-3) / (bandwidth * 1e9);
+    f.decode.push_back(d);
+    if (!o.json) std::fprintf(stderr, "  decode @ %lld: %.1f ms; load %s\n", static_cast<long long>(ctx), d.ms, loadavg().c_str());
+  }
+
+  if (o.fast_mode && ConfigTraits<Config>::fp8) {
+    const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
+    if (!f.decode.empty()) {
+      const std::int64_t ctx = f.decode[0].context;
+      f.decode[0].fast_ms = 1e3 * median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
+    }
+    const double s = time_prefill();
+    f.prefill_fast_tps = static_cast<double>(o.prefill) / s;
+    f.prefill_fast_fma_fraction = f.prefill_flops / s / (fma_peak * 1e9);
+    cpu::set_fp8_accumulation(previous);
+  }
+
+  if (o.batch > 1) {
+    const auto prompts = prompt_tokens(o.batch * o.batch_context, V, 99);
+    model->forward(prompts, o.batch, 0);
+    std::vector<std::int32_t> step(static_cast<std::size_t>(o.batch), next);
+    const double bs = median_s(o.reps, [&] { model->forward(step, o.batch, o.batch_context); });
+    const double b1 = median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, o.batch_context); });
+    f.batch_step_ms = 1e3 * bs;
+    f.batch_tps = static_cast<double>(o.batch) / bs;
+    f.batch1_tps = 1.0 / b1;
+    f.batch_ratio = f.batch_tps / f.batch1_tps;
+  }
+  f.peak_rss = peak_rss_bytes();
+  return f;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Options o = parse(argc, argv);
+  if (o.threads > 0) cpu::set_num_threads(o.threads);
+  const int threads = cpu::num_threads();
+  const cpu::Isa isa = cpu::active_isa();
+  const std::string load_start = loadavg();
+  const double bandwidth = stream_triad_gbs();
+  const double fma_peak = fma_peak_gflops(isa);
+  reset_peak_rss();
+  if (!o.json)
+    std::fprintf(stderr, "dsv32-bench: %d threads, kernels %s; STREAM triad %.1f GB/s, f32 FMA peak %.1f GFLOP/s; load %s\n",
+                 threads, std::string(cpu::isa_name(isa)).c_str(), bandwidth, fma_peak, load_start.c_str());
+  const Figures f = o.dtype == "bf16" ? run<Slice671BBf16>(o, fma_peak, bandwidth) : run<Slice671BFp8>(o, fma_peak, bandwidth);
+  const std::string load_end = loadavg();
+  const double budget = f.planned_bytes;
+
+  if (o.json) {
+    std::printf("{\"config\": \"%s\", \"weights\": \"%s\", \"threads\": %d, \"isa\": \"%s\", \"load_start\": \"%s\", "
+                "\"load_end\": \"%s\", \"triad_gbs\": %.2f, \"fma_peak_gflops\": %.1f, \"init_s\": %.2f, "
+                "\"weight_bytes\": %.0f, \"cache_bytes\": %.0f, \"scratch_bytes\": %.0f, \"planned_bytes\": %.0f, \"peak_rss_bytes\": %.0f, \"peak_rss_ratio\": %.3f, "
+                "\"prefill_tokens\": %lld, \"prefill_tokens_per_s\": %.3f, \"prefill_gflop\": %.2f, "
+                "\"prefill_fma_fraction\": %.3f, \"prefill_fast_tokens_per_s\": %.3f, \"prefill_fast_fma_fraction\": %.3f, "
+                "\"decode\": [",
+                f.config.c_str(), f.weights.c_str(), threads, std::string(cpu::isa_name(isa)).c_str(), load_start.c_str(),
+                load_end.c_str(), bandwidth, fma_peak, f.init_s, f.weight_bytes, f.cache_bytes, f.scratch_bytes, f.planned_bytes, f.peak_rss,
+                f.peak_rss / budget, static_cast<long long>(o.prefill), f.prefill_tps, f.prefill_flops / 1e9,
+                f.prefill_fma_fraction, f.prefill_fast_tps, f.prefill_fast_fma_fraction);
+    for (std::size_t i = 0; i < f.decode.size(); ++i)
+      std::printf("%s{\"context\": %lld, \"ms_per_token\": %.3f, \"bytes_per_step\": %.0f, \"roofline_fraction\": %.3f, "
+                  "\"fast_ms_per_token\": %.3f}",
+                  i ? ", " : "", static_cast<long long>(f.decode[i].context), f.decode[i].ms, f.decode[i].bytes,
+                  f.decode[i].roofline, f.decode[i].fast_ms);
+    std::printf("], \"batch\": %lld, \"batch_context\": %lld, \"batch_step_ms\": %.3f, \"batch_tokens_per_s\": %.3f, "
+                "\"batch1_tokens_per_s\": %.3f, \"batch_speedup\": %.3f}\n",
+                static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_step_ms, f.batch_tps,
+                f.batch1_tps, f.batch_ratio);
+    return 0;
+  }
+  std::printf("dsv32-bench %s, weights %s, %d threads, kernels %s, load %s -> %s\n", f.config.c_str(), f.weights.c_str(),
+              threads, std::string(cpu::isa_name(isa)).c_str(), load_start.c_str(), load_end.c_str());
+  std::printf("| figure | value | derived |\n| --- | --- | --- |\n");
+  std::printf("| STREAM triad | %.1f GB/s | |\n| f32 FMA peak | %.1f GFLOP/s | |\n", bandwidth, fma_peak);
+  std::printf("| prefill %lld tokens (FP8 exact) | %.2f tokens/s | %.1f GFLOP, FMA fraction %.3f |\n",
+              static_cast<long long>(o.prefill), f.prefill_tps, f.prefill_flops / 1e9, f.prefill_fma_fraction);
+  if (f.prefill_fast_tps > 0)
+    std::printf("| prefill %lld tokens (FP8 fast) | %.2f tokens/s | FMA fraction %.3f |\n", static_cast<long long>(o.prefill),
+                f.prefill_fast_tps, f.prefill_fast_fma_fraction);
+  for (const auto& d : f.decode) {
+    std::printf("| decode batch 1 @ %lld | %.1f ms/token (%.2f tokens/s) | %.3f GB/step, roofline fraction %.3f |\n",
+                static_cast<long long>(d.context), d.ms, 1e3 / d.ms, d.bytes / 1e9, d.roofline);
+    if (d.fast_ms > 0)
+      std::printf("| decode batch 1 @ %lld (FP8 fast) | %.1f ms/token | |\n", static_cast<long long>(d.context), d.fast_ms);
+  }
+  if (f.batch_step_ms > 0)
+    std::printf("| decode batch %lld @ %lld | %.2f tokens/s (%.1f ms/step) | %.2fx batch 1 (%.2f tokens/s) |\n",
+                static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_tps, f.batch_step_ms,
+                f.batch_ratio, f.batch1_tps);
+  std::printf("| peak resident memory | %s | %.3fx the memory plan: weights, caches, scratch (%s) |\n", format_bytes(f.peak_rss).c_str(),
+              f.peak_rss / budget, format_bytes(budget).c_str());
+  std::printf("| weights ready | %.1f s | |\n", f.init_s);
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "dsv32-bench: %s\n", e.what());
+  return 1;
+}

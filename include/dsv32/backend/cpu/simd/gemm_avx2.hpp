@@ -1,0 +1,401 @@
+/// \file
+/// \brief CPU: the AVX2 + FMA + F16C GemmOps, compiled with target attributes; used on x86-64 CPUs
+///        without AVX-512. Same arithmetic as the AVX-512 and portable tables (see gemm_ops.hpp).
+///
+/// Micro-tiles: 6 x rows by 16 weight rows in f32 (12 ymm accumulators), 6 by 8 in f64.
+#pragma once
+
+#include "dsv32/backend/cpu/simd/isa.hpp"
+
+#if defined(DSV32_CPU_X86)
+
+#include <immintrin.h>
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+
+#include "dsv32/backend/cpu/simd/gemm_ops.hpp"
+#include "dsv32/backend/cpu/simd/gemm_portable.hpp"
+#include "dsv32/core/numeric.hpp"
+
+// GCC 12 reports the "undefined" pass-through operand of its own AVX-512 intrinsics as
+// uninitialized once they are inlined here (GCC bug 105593); the operand is never read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace dsv32::cpu::simd::avx2 {
+
+/// Hides a value from the optimizer so that a multiply is never fused into the following add.
+DSV32_TARGET_AVX2 inline __m256 opaque(__m256 v) {
+  __asm__("" : "+x"(v));
+  return v;
+}
+
+/// In-register transpose of 8 rows of 8 floats.
+DSV32_TARGET_AVX2 inline void transpose8(__m256 r[8]) {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  for (int j = 0; j < 4; ++j) {
+    r[j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x20);
+    r[4 + j] = _mm256_permute2f128_ps(u[j], u[4 + j], 0x31);
+  }
+}
+
+/// 8 columns of one weight row as f32 (cnt < 8: the rest zero).
+template <int Kind>  // 0 bf16, 1 f32, 2 e4m3
+DSV32_TARGET_AVX2 inline __m256 load_row(const void* w, std::int64_t ldw, int row, int k0, int cnt) {
+  if constexpr (Kind == 0) {
+    const std::uint16_t* p = static_cast<const std::uint16_t*>(w) + row * ldw + k0;
+    __m128i h;
+    if (cnt == 8) {
+      h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    } else {
+      std::uint16_t tmp[8] = {};
+      std::memcpy(tmp, p, static_cast<std::size_t>(cnt) * 2);
+      h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(tmp));
+    }
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  } else if constexpr (Kind == 1) {
+    const float* p = static_cast<const float*>(w) + row * ldw + k0;
+    if (cnt == 8) return _mm256_loadu_ps(p);
+    float tmp[8] = {};
+    std::memcpy(tmp, p, static_cast<std::size_t>(cnt) * 4);
+    return _mm256_loadu_ps(tmp);
+  } else {
+    const std::uint8_t* p = static_cast<const std::uint8_t*>(w) + row * ldw + k0;
+    std::int64_t bits = 0;
+    std::memcpy(&bits, p, static_cast<std::size_t>(cnt));
+    const __m128i s = _mm_cvtepi8_epi16(_mm_cvtsi64_si128(bits));
+    const __m128i h = _mm_and_si128(_mm_slli_epi16(s, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
+    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+  }
+}
+
+/// Packs n <= 16 rows x kc columns into [kc][16] f32.
+template <int Kind>
+DSV32_TARGET_AVX2 void pack16(const void* w, std::int64_t ldw, int n, int kc, float* out) {
+  for (int k0 = 0; k0 < kc; k0 += 8) {
+    const int cnt = kc - k0 < 8 ? kc - k0 : 8;
+    for (int half = 0; half < 2; ++half) {
+      __m256 r[8];
+      for (int j = 0; j < 8; ++j) {
+        const int row = half * 8 + j;
+        r[j] = row < n ? load_row<Kind>(w, ldw, row, k0, cnt) : _mm256_setzero_ps();
+      }
+      transpose8(r);
+      for (int c = 0; c < cnt; ++c) _mm256_storeu_ps(out + (k0 + c) * 16 + half * 8, r[c]);
+    }
+  }
+}
+
+DSV32_TARGET_AVX2 inline void pack_bf16(const std::uint16_t* w, std::int64_t ldw, int n, int kc, float* out) {
+  pack16<0>(w, ldw, n, kc, out);
+}
+DSV32_TARGET_AVX2 inline void pack_f32(const float* w, std::int64_t ldw, int n, int kc, float* out) {
+  pack16<1>(w, ldw, n, kc, out);
+}
+DSV32_TARGET_AVX2 inline void pack_e4m3(const std::uint8_t* w, std::int64_t ldw, int n, int kc, float* out) {
+  pack16<2>(w, ldw, n, kc, out);
+}
+
+/// Packs n <= 8 rows of E4M3 codes x kc columns into [kc][8] doubles.
+DSV32_TARGET_AVX2 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t ldw, int n, int kc, double* out) {
+  for (int k0 = 0; k0 < kc; k0 += 8) {
+    const int cnt = kc - k0 < 8 ? kc - k0 : 8;
+    __m256 r[8];
+    for (int j = 0; j < 8; ++j) r[j] = j < n ? load_row<2>(w, ldw, j, k0, cnt) : _mm256_setzero_ps();
+    transpose8(r);
+    for (int c = 0; c < cnt; ++c) {
+      _mm256_storeu_pd(out + (k0 + c) * 8, _mm256_cvtps_pd(_mm256_castps256_ps128(r[c])));
+      _mm256_storeu_pd(out + (k0 + c) * 8 + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(r[c], 1)));
+    }
+  }
+}
+
+/// c[i][0..16) (+)= sum_k a[i * lda + k] b[k][0..16) for i < MR.
+template <int MR, bool kRounded>
+DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                               bool accumulate) {
+  __m256 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) {
+    c0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+    c1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+  }
+  for (int k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
+      if constexpr (kRounded) {
+        c0[i] = _mm256_add_ps(c0[i], opaque(_mm256_mul_ps(ai, b0)));
+        c1[i] = _mm256_add_ps(c1[i], opaque(_mm256_mul_ps(ai, b1)));
+      } else {
+        c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+        c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_ps(c + i * ldc, c0[i]);
+    _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+  }
+}
+
+template <bool kRounded>
+DSV32_TARGET_AVX2 void micro16_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                                   bool accumulate) {
+  int i = 0;
+  for (; i + 6 <= mr; i += 6) micro16<6, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  if (mr - i >= 4) micro16<4, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
+  if (mr - i >= 2) micro16<2, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
+  if (mr - i >= 1) micro16<1, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+}
+
+DSV32_TARGET_AVX2 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                                   std::int64_t ldc, bool accumulate) {
+  micro16_any<false>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
+}
+DSV32_TARGET_AVX2 inline void micro_rounded_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                                     std::int64_t ldc, bool accumulate) {
+  micro16_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+/// c[i][0..8) = sum_k a[i * lda + k] b[k][0..8) in double, i < MR.
+template <int MR>
+DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
+  __m256d c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_pd();
+  for (int k = 0; k < kc; ++k) {
+    const __m256d b0 = _mm256_loadu_pd(b + k * 8), b1 = _mm256_loadu_pd(b + k * 8 + 4);
+    for (int i = 0; i < MR; ++i) {
+      const __m256d ai = _mm256_broadcast_sd(a + i * lda + k);
+      c0[i] = _mm256_fmadd_pd(ai, b0, c0[i]);
+      c1[i] = _mm256_fmadd_pd(ai, b1, c1[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm256_storeu_pd(c + i * ldc, c0[i]);
+    _mm256_storeu_pd(c + i * ldc + 4, c1[i]);
+  }
+}
+
+DSV32_TARGET_AVX2 inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
+                                        std::int64_t ldc) {
+  int i = 0;
+  for (; i + 6 <= mr; i += 6) micro8d<6>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+  if (mr - i >= 4) micro8d<4>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 4;
+  if (mr - i >= 2) micro8d<2>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 2;
+  if (mr - i >= 1) micro8d<1>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+}
+
+DSV32_TARGET_AVX2 inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_row<0>(x + i, 0, 0, 0, 8));
+  for (; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16);
+}
+/// 8 E4M3 activation codes as exact f32 values, the NaN codes as NaN.
+DSV32_TARGET_AVX2 inline __m256 load_x_e4m3(const std::uint8_t* p) {
+  std::int64_t bits;
+  std::memcpy(&bits, p, 8);
+  const __m256i c = _mm256_and_si256(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(bits)), _mm256_set1_epi32(0x7F));
+  const __m256 nan = _mm256_castsi256_ps(_mm256_cmpeq_epi32(c, _mm256_set1_epi32(0x7F)));
+  return _mm256_blendv_ps(load_row<2>(p, 0, 0, 0, 8), _mm256_set1_ps(__builtin_nanf("")), nan);
+}
+DSV32_TARGET_AVX2 inline void widen_e4m3(const std::uint8_t* x, std::int64_t n, float* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_x_e4m3(x + i));
+  for (; i < n; ++i) out[i] = kE4m3Decode[x[i]];
+}
+DSV32_TARGET_AVX2 inline void widen_e4m3_f64(const std::uint8_t* x, std::int64_t n, double* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = load_x_e4m3(x + i);
+    _mm256_storeu_pd(out + i, _mm256_cvtps_pd(_mm256_castps256_ps128(v)));
+    _mm256_storeu_pd(out + i + 4, _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1)));
+  }
+  for (; i < n; ++i) out[i] = kE4m3Decode[x[i]];
+}
+
+DSV32_TARGET_AVX2 inline void dequant_e4m3(const std::uint8_t* w, std::int64_t n, const float* block_scale,
+                                           float* out) {
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 v = _mm256_mul_ps(load_row<2>(w + i, 0, 0, 0, 8), _mm256_set1_ps(block_scale[i / 128]));
+    const __m256i b = _mm256_castps_si256(v);
+    const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb);
+    _mm256_storeu_ps(out + i, _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  }
+  for (; i < n; ++i) out[i] = round_bf16(kE4m3Weight[w[i]] * block_scale[i / 128]);
+}
+
+DSV32_TARGET_AVX2 inline void epilogue_f64(int mr, int n, const double* dot, std::int64_t ldd, const float* scale,
+                                           float* c, std::int64_t ldc) {
+  for (int i = 0; i < mr; ++i) {
+    const __m128 s = _mm_set1_ps(scale[i]);
+    int j = 0;
+    for (; j + 4 <= n; j += 4) {
+      const __m128 p = _mm_mul_ps(_mm256_cvtpd_ps(_mm256_loadu_pd(dot + i * ldd + j)), s);
+      __m128 q = p;
+      __asm__("" : "+x"(q));
+      _mm_storeu_ps(c + i * ldc + j, _mm_add_ps(_mm_loadu_ps(c + i * ldc + j), q));
+    }
+    for (; j < n; ++j) {
+      float p = static_cast<float>(dot[i * ldd + j]) * scale[i];
+      __asm__("" : "+x"(p));
+      c[i * ldc + j] += p;
+    }
+  }
+}
+
+DSV32_TARGET_AVX2 inline void epilogue_f32(int mr, int n, const float* dot, std::int64_t ldd, const float* scale,
+                                           float* c, std::int64_t ldc) {
+  for (int i = 0; i < mr; ++i) {
+    const __m256 s = _mm256_set1_ps(scale[i]);
+    int j = 0;
+    for (; j + 8 <= n; j += 8) {
+      const __m256 p = opaque(_mm256_mul_ps(_mm256_loadu_ps(dot + i * ldd + j), s));
+      _mm256_storeu_ps(c + i * ldc + j, _mm256_add_ps(_mm256_loadu_ps(c + i * ldc + j), p));
+    }
+    for (; j < n; ++j) {
+      float p = dot[i * ldd + j] * scale[i];
+      __asm__("" : "+x"(p));
+      c[i * ldc + j] += p;
+    }
+  }
+}
+
+/// The sums of four vectors of doubles, as the four lanes of one vector.
+DSV32_TARGET_AVX2 inline __m256d reduce4(const __m256d a[4]) {
+  const __m256d h01 = _mm256_hadd_pd(a[0], a[1]), h23 = _mm256_hadd_pd(a[2], a[3]);
+  return _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20), _mm256_permute2f128_pd(h01, h23, 0x31));
+}
+
+/// One block of e4m3_rows for MT x rows and R weight rows (MT * R <= 8); see the AVX-512 version.
+template <int MT, int R>
+DSV32_TARGET_AVX2 void e4m3_block(const double* xb, std::int64_t ldx, const float* xsb, std::int64_t ldxs,
+                                  const std::uint8_t* const* wb, float ws, int valid_rows, float* out,
+                                  std::int64_t ldo) {
+  constexpr int A = MT * R, V = A > 4 ? 2 : 1;
+  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x80FE000000000000ull));
+  __m256d acc[4 * V];
+  for (int i = 0; i < 4 * V; ++i) acc[i] = _mm256_setzero_pd();
+  for (int k = 0; k < 128; k += 4) {
+    for (int r = 0; r < R; ++r) {
+      std::int32_t bits;
+      std::memcpy(&bits, wb[r] + k, 4);
+      const __m256d wv = _mm256_castsi256_pd(
+          _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepi8_epi64(_mm_cvtsi32_si128(bits)), 49), mask));
+      for (int m = 0; m < MT; ++m)
+        acc[m * R + r] = _mm256_fmadd_pd(wv, _mm256_loadu_pd(xb + m * ldx + k), acc[m * R + r]);
+    }
+  }
+  for (int v = 0; v < V; ++v) {
+    const __m256d d = _mm256_mul_pd(reduce4(acc + 4 * v), _mm256_set1_pd(0x1p504));
+    alignas(16) float scale[4], p[4];
+    for (int i = 0; i < 4; ++i) {
+      const int m = (4 * v + i) / R;
+      scale[i] = m < MT ? xsb[m * ldxs] * ws : 0.0f;
+    }
+    __m128 q = _mm_mul_ps(_mm256_cvtpd_ps(d), _mm_load_ps(scale));
+    __asm__("" : "+x"(q));
+    _mm_store_ps(p, q);
+    for (int i = 0; i < 4; ++i) {
+      const int idx = 4 * v + i, m = idx / R, r = idx % R;
+      if (idx < A && r < valid_rows) out[m * ldo + r] += p[i];
+    }
+  }
+}
+
+template <int MT, int R>
+DSV32_TARGET_AVX2 void e4m3_rows_group(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
+                                       const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                       int valid, const float* ws, float* out, std::int64_t ldo) {
+  alignas(64) static const std::uint8_t zeros[128] = {};  // stands in for the rows past the last one
+  for (int q = 0; q < 8; q += R) {
+    const int v = valid - q >= R ? R : valid - q;
+    if (v <= 0) break;
+    for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+      const std::uint8_t* wb[R];
+      for (int r = 0; r < R; ++r) wb[r] = r < v ? w + (q + r) * ldw + kb * 128 : zeros;
+      e4m3_block<MT, R>(xd + kb * 128, ldx, xs + kb, ldxs, wb, ws[kb], v, out + q, ldo);
+    }
+  }
+}
+
+DSV32_TARGET_AVX2 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd,
+                                        std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
+                                        std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) {
+  for (int r0 = 0; r0 < rows; r0 += 8) {
+    const int valid = rows - r0 < 8 ? rows - r0 : 8;
+    const std::uint8_t* wg = w + r0 * ldw;
+    for (int m0 = 0; m0 < M;) {
+      const int left = M - m0;
+      const double* x = xd + m0 * ldx;
+      const float* s = xs + m0 * ldxs;
+      float* o = out + m0 * ldo + r0;
+      if (left >= 4) {
+        e4m3_rows_group<4, 2>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        m0 += 4;
+      } else if (left >= 2) {
+        e4m3_rows_group<2, 4>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        m0 += 2;
+      } else {
+        e4m3_rows_group<1, 8>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        m0 += 1;
+      }
+    }
+  }
+}
+
+}  // namespace dsv32::cpu::simd::avx2
+
+namespace dsv32::cpu::simd {
+
+/// \brief The AVX2 table (only call where detected_isa() is at least Isa::avx2).
+inline const GemmOps& avx2_ops() {
+  static const GemmOps ops = [] {
+    GemmOps o;
+    o.isa = Isa::avx2;
+    o.nr = 16;
+    o.mr = 6;
+    o.nr64 = 8;
+    o.mr64 = 6;
+    o.pack_bf16 = avx2::pack_bf16;
+    o.pack_f32 = avx2::pack_f32;
+    o.pack_e4m3 = avx2::pack_e4m3;
+    o.pack_e4m3_f64 = avx2::pack_e4m3_f64;
+    o.micro_exact_products = avx2::micro_exact_products;
+    o.micro_rounded_products = avx2::micro_rounded_products;
+    o.micro_f64 = avx2::micro_f64;
+    o.epilogue_f64 = avx2::epilogue_f64;
+    o.epilogue_f32 = avx2::epilogue_f32;
+    o.widen_bf16 = avx2::widen_bf16;
+    o.widen_e4m3 = avx2::widen_e4m3;
+    o.widen_e4m3_f64 = avx2::widen_e4m3_f64;
+    o.dequant_e4m3 = avx2::dequant_e4m3;
+    o.e4m3_rows = avx2::e4m3_rows;
+    return o;
+  }();
+  return ops;
+}
+
+}  // namespace dsv32::cpu::simd
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // DSV32_CPU_X86

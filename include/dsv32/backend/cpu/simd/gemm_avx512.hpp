@@ -1,0 +1,411 @@
+/// \file
+/// \brief CPU: the AVX-512 GemmOps (F, BW, DQ, VL), compiled with target attributes so that a build
+///        without -march flags still carries them; used when the CPU reports AVX-512.
+///
+/// Micro-tiles: 12 x rows by 32 weight rows in f32 (24 zmm accumulators), 12 by 16 in f64.
+/// Packing widens 16 weight rows by 16 columns at a time and transposes them in registers.
+/// The small-M FP8 kernel reads each weight byte once: 8 E4M3 codes become 8 doubles by shifting
+/// their bits into place (an E4M3 value times 2^-1016, subnormal codes included), which against
+/// x * 2^512 gives products at 2^-504 scale, far from double's underflow.
+#pragma once
+
+#include "dsv32/backend/cpu/simd/isa.hpp"
+
+#if defined(DSV32_CPU_X86)
+
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "dsv32/backend/cpu/simd/gemm_ops.hpp"
+
+// GCC 12 reports the "undefined" pass-through operand of its own AVX-512 intrinsics as
+// uninitialized once they are inlined here (GCC bug 105593); the operand is never read.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+namespace dsv32::cpu::simd::avx512 {
+
+/// Hides a value from the optimizer so that a multiply is never fused into the following add.
+DSV32_TARGET_AVX512 inline __m512 opaque(__m512 v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
+DSV32_TARGET_AVX512 inline __m256 opaque(__m256 v) {
+  __asm__("" : "+v"(v));
+  return v;
+}
+
+/// In-register transpose of 16 rows of 16 floats.
+DSV32_TARGET_AVX512 inline void transpose16(__m512 r[16]) {
+  __m512 t[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0x44);
+    r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i + 0], t[4 * i + 2], 0xEE);
+    r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  // r[4i + j] now holds, in each 128-bit lane L, column 4L + j of rows 4i..4i+3
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0x88);
+      t[8 * i + 4 + j] = _mm512_shuffle_f32x4(r[8 * i + j], r[8 * i + 4 + j], 0xDD);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0x88);
+    r[8 + j] = _mm512_shuffle_f32x4(t[j], t[8 + j], 0xDD);
+  }
+  // r[c] now holds column c of the 16 rows
+}
+
+/// 16 columns of one weight row as f32, columns >= cnt zero.
+DSV32_TARGET_AVX512 inline __m512 load_row_bf16(const std::uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+DSV32_TARGET_AVX512 inline __m512 load_row_f32(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+DSV32_TARGET_AVX512 inline __m512 load_row_e4m3(const std::uint8_t* p, __mmask16 m) {
+  // E4M3 -> f16 bits (sign, then exponent and mantissa shifted into place: the value times 2^-8,
+  // subnormals included), widened exactly to f32, times 256
+  const __m256i s = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(m, p));
+  const __m256i h = _mm256_and_si256(_mm256_slli_epi16(s, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
+  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+}
+
+template <int Kind>  // 0 bf16, 1 f32, 2 e4m3
+DSV32_TARGET_AVX512 inline __m512 load_row(const void* w, std::int64_t ldw, int row, int k0, __mmask16 m) {
+  if constexpr (Kind == 0) return load_row_bf16(static_cast<const std::uint16_t*>(w) + row * ldw + k0, m);
+  else if constexpr (Kind == 1) return load_row_f32(static_cast<const float*>(w) + row * ldw + k0, m);
+  else return load_row_e4m3(static_cast<const std::uint8_t*>(w) + row * ldw + k0, m);
+}
+
+/// Packs n <= 32 rows x kc columns into [kc][32] f32.
+template <int Kind>
+DSV32_TARGET_AVX512 void pack32(const void* w, std::int64_t ldw, int n, int kc, float* out) {
+  for (int k0 = 0; k0 < kc; k0 += 16) {
+    const int cnt = kc - k0 < 16 ? kc - k0 : 16;
+    const __mmask16 m = static_cast<__mmask16>((1u << cnt) - 1u);
+    for (int half = 0; half < 2; ++half) {
+      __m512 r[16];
+      for (int j = 0; j < 16; ++j) {
+        const int row = half * 16 + j;
+        r[j] = row < n ? load_row<Kind>(w, ldw, row, k0, m) : _mm512_setzero_ps();
+      }
+      transpose16(r);
+      for (int c = 0; c < cnt; ++c) _mm512_storeu_ps(out + (k0 + c) * 32 + half * 16, r[c]);
+    }
+  }
+}
+
+DSV32_TARGET_AVX512 inline void pack_bf16(const std::uint16_t* w, std::int64_t ldw, int n, int kc, float* out) {
+  pack32<0>(w, ldw, n, kc, out);
+}
+DSV32_TARGET_AVX512 inline void pack_f32(const float* w, std::int64_t ldw, int n, int kc, float* out) {
+  pack32<1>(w, ldw, n, kc, out);
+}
+DSV32_TARGET_AVX512 inline void pack_e4m3(const std::uint8_t* w, std::int64_t ldw, int n, int kc, float* out) {
+  pack32<2>(w, ldw, n, kc, out);
+}
+
+/// Packs n <= 16 rows of E4M3 codes x kc columns into [kc][16] doubles.
+DSV32_TARGET_AVX512 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t ldw, int n, int kc, double* out) {
+  for (int k0 = 0; k0 < kc; k0 += 16) {
+    const int cnt = kc - k0 < 16 ? kc - k0 : 16;
+    const __mmask16 m = static_cast<__mmask16>((1u << cnt) - 1u);
+    __m512 r[16];
+    for (int j = 0; j < 16; ++j) r[j] = j < n ? load_row<2>(w, ldw, j, k0, m) : _mm512_setzero_ps();
+    transpose16(r);
+    for (int c = 0; c < cnt; ++c) {
+      _mm512_storeu_pd(out + (k0 + c) * 16, _mm512_cvtps_pd(_mm512_castps512_ps256(r[c])));
+      _mm512_storeu_pd(out + (k0 + c) * 16 + 8,
+                       _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r[c]), 1))));
+    }
+  }
+}
+
+/// c[i][0..32) (+)= sum_k a[i * lda + k] b[k][0..32) for i < MR.
+template <int MR, bool kRounded>
+DSV32_TARGET_AVX512 void micro32(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                                 bool accumulate) {
+  __m512 c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) {
+    c0[i] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
+    c1[i] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
+  }
+  for (int k = 0; k < kc; ++k) {
+    const __m512 b0 = _mm512_loadu_ps(b + k * ldb), b1 = _mm512_loadu_ps(b + k * ldb + 16);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 ai = _mm512_set1_ps(a[i * lda + k]);
+      if constexpr (kRounded) {
+        c0[i] = _mm512_add_ps(c0[i], opaque(_mm512_mul_ps(ai, b0)));
+        c1[i] = _mm512_add_ps(c1[i], opaque(_mm512_mul_ps(ai, b1)));
+      } else {
+        c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+        c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_ps(c + i * ldc, c0[i]);
+    _mm512_storeu_ps(c + i * ldc + 16, c1[i]);
+  }
+}
+
+template <bool kRounded>
+DSV32_TARGET_AVX512 void micro32_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
+                                     bool accumulate) {
+  int i = 0;
+  for (; i + 12 <= mr; i += 12) micro32<12, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  if (mr - i >= 8) micro32<8, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 8;
+  if (mr - i >= 4) micro32<4, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
+  if (mr - i >= 2) micro32<2, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
+  if (mr - i >= 1) micro32<1, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+}
+
+DSV32_TARGET_AVX512 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                                     std::int64_t ldc, bool accumulate) {
+  micro32_any<false>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
+}
+DSV32_TARGET_AVX512 inline void micro_rounded_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                                       std::int64_t ldc, bool accumulate) {
+  micro32_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
+}
+
+/// c[i][0..16) = sum_k a[i * lda + k] b[k][0..16) in double, i < MR.
+template <int MR>
+DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
+  __m512d c0[MR], c1[MR];
+  for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm512_setzero_pd();
+  for (int k = 0; k < kc; ++k) {
+    const __m512d b0 = _mm512_loadu_pd(b + k * 16), b1 = _mm512_loadu_pd(b + k * 16 + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m512d ai = _mm512_set1_pd(a[i * lda + k]);
+      c0[i] = _mm512_fmadd_pd(ai, b0, c0[i]);
+      c1[i] = _mm512_fmadd_pd(ai, b1, c1[i]);
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_pd(c + i * ldc, c0[i]);
+    _mm512_storeu_pd(c + i * ldc + 8, c1[i]);
+  }
+}
+
+DSV32_TARGET_AVX512 inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
+                                          std::int64_t ldc) {
+  int i = 0;
+  for (; i + 12 <= mr; i += 12) micro16d<12>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+  if (mr - i >= 8) micro16d<8>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 8;
+  if (mr - i >= 4) micro16d<4>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 4;
+  if (mr - i >= 2) micro16d<2>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 2;
+  if (mr - i >= 1) micro16d<1>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+}
+
+DSV32_TARGET_AVX512 inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(out + i, m, load_row_bf16(x + i, m));
+  }
+}
+/// 16 E4M3 activation codes as exact f32 values, the NaN codes as NaN.
+DSV32_TARGET_AVX512 inline __m512 load_x_e4m3(const std::uint8_t* p, __mmask16 m) {
+  const __m128i c = _mm_maskz_loadu_epi8(m, p);
+  const __mmask16 nan = _mm_cmpeq_epi8_mask(_mm_and_si128(c, _mm_set1_epi8(0x7F)), _mm_set1_epi8(0x7F));
+  return _mm512_mask_mov_ps(load_row_e4m3(p, m), nan, _mm512_set1_ps(__builtin_nanf("")));
+}
+DSV32_TARGET_AVX512 inline void widen_e4m3(const std::uint8_t* x, std::int64_t n, float* out) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    _mm512_mask_storeu_ps(out + i, m, load_x_e4m3(x + i, m));
+  }
+}
+DSV32_TARGET_AVX512 inline void widen_e4m3_f64(const std::uint8_t* x, std::int64_t n, double* out) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const int cnt = n - i >= 16 ? 16 : static_cast<int>(n - i);
+    const __mmask16 m = static_cast<__mmask16>((1u << cnt) - 1u);
+    const __m512 v = load_x_e4m3(x + i, m);
+    _mm512_mask_storeu_pd(out + i, static_cast<__mmask8>(m & 0xFF), _mm512_cvtps_pd(_mm512_castps512_ps256(v)));
+    _mm512_mask_storeu_pd(out + i + 8, static_cast<__mmask8>(m >> 8),
+                          _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))));
+  }
+}
+
+DSV32_TARGET_AVX512 inline void dequant_e4m3(const std::uint8_t* w, std::int64_t n, const float* block_scale,
+                                             float* out) {
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    const __m512 v = _mm512_mul_ps(load_row_e4m3(w + i, m), _mm512_set1_ps(block_scale[i / 128]));
+    // to the nearest bf16, ties to even, as a float (the bits of bf16 rounding, finite values)
+    const __m512i b = _mm512_castps_si512(v);
+    const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), lsb);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)))));
+  }
+}
+
+DSV32_TARGET_AVX512 inline void epilogue_f64(int mr, int n, const double* dot, std::int64_t ldd, const float* scale,
+                                             float* c, std::int64_t ldc) {
+  for (int i = 0; i < mr; ++i) {
+    const __m256 s = _mm256_set1_ps(scale[i]);
+    for (int j = 0; j < n; j += 8) {
+      const __mmask8 m = static_cast<__mmask8>(n - j >= 8 ? 0xFF : (1u << (n - j)) - 1u);
+      const __m256 d = _mm512_cvtpd_ps(_mm512_maskz_loadu_pd(m, dot + i * ldd + j));
+      const __m256 p = opaque(_mm256_mul_ps(d, s));
+      _mm256_mask_storeu_ps(c + i * ldc + j, m, _mm256_add_ps(_mm256_maskz_loadu_ps(m, c + i * ldc + j), p));
+    }
+  }
+}
+
+DSV32_TARGET_AVX512 inline void epilogue_f32(int mr, int n, const float* dot, std::int64_t ldd, const float* scale,
+                                             float* c, std::int64_t ldc) {
+  for (int i = 0; i < mr; ++i) {
+    const __m512 s = _mm512_set1_ps(scale[i]);
+    for (int j = 0; j < n; j += 16) {
+      const __mmask16 m = static_cast<__mmask16>(n - j >= 16 ? 0xFFFF : (1u << (n - j)) - 1u);
+      const __m512 p = opaque(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, dot + i * ldd + j), s));
+      _mm512_mask_storeu_ps(c + i * ldc + j, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, c + i * ldc + j), p));
+    }
+  }
+}
+
+/// The sums of eight vectors of doubles, as the eight lanes of one vector.
+DSV32_TARGET_AVX512 inline __m512d reduce8(const __m512d a[8]) {
+  const __m512d b0 = _mm512_add_pd(_mm512_unpacklo_pd(a[0], a[1]), _mm512_unpackhi_pd(a[0], a[1]));
+  const __m512d b1 = _mm512_add_pd(_mm512_unpacklo_pd(a[2], a[3]), _mm512_unpackhi_pd(a[2], a[3]));
+  const __m512d b2 = _mm512_add_pd(_mm512_unpacklo_pd(a[4], a[5]), _mm512_unpackhi_pd(a[4], a[5]));
+  const __m512d b3 = _mm512_add_pd(_mm512_unpacklo_pd(a[6], a[7]), _mm512_unpackhi_pd(a[6], a[7]));
+  // b_i: 128-bit lane L = (part L of sum a[2i], part L of sum a[2i+1])
+  const __m512d c0 = _mm512_add_pd(_mm512_shuffle_f64x2(b0, b1, 0x44), _mm512_shuffle_f64x2(b0, b1, 0xEE));
+  const __m512d c1 = _mm512_add_pd(_mm512_shuffle_f64x2(b2, b3, 0x44), _mm512_shuffle_f64x2(b2, b3, 0xEE));
+  // c0 lanes: (b0 L0+L2, b0 L1+L3, b1 L0+L2, b1 L1+L3)
+  return _mm512_add_pd(_mm512_shuffle_f64x2(c0, c1, 0x88), _mm512_shuffle_f64x2(c0, c1, 0xDD));
+}
+
+/// One block (128 columns) of e4m3_rows for MT x rows and R weight rows (MT * R <= 16): xb at the
+/// block's first column (rows ldx apart), xsb at the block's scale (rows ldxs apart), wb[r] the
+/// block's 128 codes of weight row r; adds to out[m][r] for r < valid_rows.
+template <int MT, int R>
+DSV32_TARGET_AVX512 void e4m3_block(const double* xb, std::int64_t ldx, const float* xsb, std::int64_t ldxs,
+                                    const std::uint8_t* const* wb, float ws, int valid_rows, float* out,
+                                    std::int64_t ldo) {
+  constexpr int A = MT * R, V = A > 8 ? 2 : 1;
+  const __m512i mask = _mm512_set1_epi64(static_cast<long long>(0x80FE000000000000ull));
+  __m512d acc[8 * V];
+  for (int i = 0; i < 8 * V; ++i) acc[i] = _mm512_setzero_pd();
+  for (int k = 0; k < 128; k += 8) {
+    __m512d xv[MT];
+    for (int m = 0; m < MT; ++m) xv[m] = _mm512_loadu_pd(xb + m * ldx + k);
+    for (int r = 0; r < R; ++r) {
+      // 8 codes -> sign to bit 63, exponent and mantissa to bits 55..49: the value times 2^-1016
+      const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb[r] + k));
+      const __m512d wv =
+          _mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepi8_epi64(codes), 49), mask));
+      for (int m = 0; m < MT; ++m) acc[m * R + r] = _mm512_fmadd_pd(wv, xv[m], acc[m * R + r]);
+    }
+  }
+  for (int v = 0; v < V; ++v) {
+    // exact dots times 2^-504 -> exact dots -> f32, then times the scale product, then added
+    const __m512d d = _mm512_mul_pd(reduce8(acc + 8 * v), _mm512_set1_pd(0x1p504));
+    alignas(32) float scale[8], p[8];
+    for (int i = 0; i < 8; ++i) {
+      const int m = (8 * v + i) / R;
+      scale[i] = m < MT ? xsb[m * ldxs] * ws : 0.0f;
+    }
+    _mm256_store_ps(p, opaque(_mm256_mul_ps(_mm512_cvtpd_ps(d), _mm256_load_ps(scale))));
+    for (int i = 0; i < 8; ++i) {
+      const int idx = 8 * v + i, m = idx / R, r = idx % R;
+      if (idx < A && r < valid_rows) out[m * ldo + r] += p[i];
+    }
+  }
+}
+
+template <int MT, int R>
+DSV32_TARGET_AVX512 void e4m3_rows_group(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
+                                         const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                         int valid, const float* ws, float* out, std::int64_t ldo) {
+  alignas(64) static const std::uint8_t zeros[128] = {};  // stands in for the rows past the last one
+  for (int q = 0; q < 8; q += R) {
+    const int v = valid - q >= R ? R : valid - q;
+    if (v <= 0) break;
+    for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+      const std::uint8_t* wb[R];
+      for (int r = 0; r < R; ++r) wb[r] = r < v ? w + (q + r) * ldw + kb * 128 : zeros;
+      e4m3_block<MT, R>(xd + kb * 128, ldx, xs + kb, ldxs, wb, ws[kb], v, out + q, ldo);
+    }
+  }
+}
+
+DSV32_TARGET_AVX512 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd,
+                                          std::int64_t ldx, const float* xs, std::int64_t ldxs,
+                                          const std::uint8_t* w, std::int64_t ldw, const float* ws, float* out,
+                                          std::int64_t ldo) {
+  for (int r0 = 0; r0 < rows; r0 += 8) {
+    const int valid = rows - r0 < 8 ? rows - r0 : 8;
+    const std::uint8_t* wg = w + r0 * ldw;
+    for (int m0 = 0; m0 < M;) {
+      const int left = M - m0;
+      const double* x = xd + m0 * ldx;
+      const float* s = xs + m0 * ldxs;
+      float* o = out + m0 * ldo + r0;
+      if (left >= 8) {
+        e4m3_rows_group<8, 2>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        m0 += 8;
+      } else if (left >= 4) {
+        e4m3_rows_group<4, 4>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        m0 += 4;
+      } else if (left >= 2) {
+        e4m3_rows_group<2, 8>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        m0 += 2;
+      } else {
+        e4m3_rows_group<1, 8>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        m0 += 1;
+      }
+    }
+  }
+}
+
+}  // namespace dsv32::cpu::simd::avx512
+
+namespace dsv32::cpu::simd {
+
+/// \brief The AVX-512 table (only call where detected_isa() is Isa::avx512).
+inline const GemmOps& avx512_ops() {
+  static const GemmOps ops = [] {
+    GemmOps o;
+    o.isa = Isa::avx512;
+    o.nr = 32;
+    o.mr = 12;
+    o.nr64 = 16;
+    o.mr64 = 12;
+    o.pack_bf16 = avx512::pack_bf16;
+    o.pack_f32 = avx512::pack_f32;
+    o.pack_e4m3 = avx512::pack_e4m3;
+    o.pack_e4m3_f64 = avx512::pack_e4m3_f64;
+    o.micro_exact_products = avx512::micro_exact_products;
+    o.micro_rounded_products = avx512::micro_rounded_products;
+    o.micro_f64 = avx512::micro_f64;
+    o.epilogue_f64 = avx512::epilogue_f64;
+    o.epilogue_f32 = avx512::epilogue_f32;
+    o.widen_bf16 = avx512::widen_bf16;
+    o.widen_e4m3 = avx512::widen_e4m3;
+    o.widen_e4m3_f64 = avx512::widen_e4m3_f64;
+    o.dequant_e4m3 = avx512::dequant_e4m3;
+    o.e4m3_rows = avx512::e4m3_rows;
+    return o;
+  }();
+  return ops;
+}
+
+}  // namespace dsv32::cpu::simd
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // DSV32_CPU_X86

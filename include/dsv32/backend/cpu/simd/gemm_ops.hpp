@@ -1,0 +1,84 @@
+/// \file
+/// \brief CPU: the building blocks of the matrix products, one table of them per instruction set.
+///
+/// The drivers in gemm.hpp decide the loops and the threads; a GemmOps table supplies what differs
+/// between ISAs: packing weight panels (widened, transposed so that vector lanes run over output
+/// features), register-blocked micro-kernels, the FP8 block epilogues and the small-M FP8 kernel.
+///
+/// What every table computes, exactly (so that every ISA gives the same bits):
+/// - dense (bf16 / f32 weights): each output is the f32 sum of its products in increasing k, one
+///   rounding per addition; a bf16 x bf16 product is exact in f32 (so an FMA equals a multiply and an
+///   add), an f32-weight product is rounded to f32 before it is added (never fused);
+/// - FP8 block dots: exact (double holds every partial sum of 128 E4M3 products) in the exact mode,
+///   or the f32 sum in increasing k in the fast mode; then `c += f32(dot) * (x_scale * w_scale)`
+///   with each operation rounded separately, blocks in increasing k.
+/// E4M3 weight codes 0x7F / 0xFF (NaN in E4M3FN; published checkpoints have none) read as +-480.
+#pragma once
+
+#include <cstdint>
+
+#include "dsv32/backend/cpu/simd/isa.hpp"
+
+namespace dsv32::cpu::simd {
+
+/// \brief The ISA-specific pieces of the CPU matrix products (see the file comment for the
+///        arithmetic every entry performs). Packed weight panels are [kc][nr]: element (k, j) is
+///        weight row j, column k; x tiles are row-major, element (i, k) at a[i * lda + k].
+struct GemmOps {
+  Isa isa = Isa::portable;  ///< the instruction set of these entries
+  int nr = 16;              ///< f32 micro-panel width: weight rows per panel
+  int mr = 4;               ///< f32 micro-tile height: the most x rows one micro-kernel call takes
+  int nr64 = 8;             ///< f64 micro-panel width (the exact FP8 product)
+  int mr64 = 4;             ///< f64 micro-tile height
+
+  /// Packs n <= nr rows (row stride ldw) x kc columns of bf16 bits into [kc][nr] f32; rows n.. are 0.
+  void (*pack_bf16)(const std::uint16_t* w, std::int64_t ldw, int n, int kc, float* out) = nullptr;
+  /// The same for f32 weights.
+  void (*pack_f32)(const float* w, std::int64_t ldw, int n, int kc, float* out) = nullptr;
+  /// The same for E4M3 codes, as their exact f32 values.
+  void (*pack_e4m3)(const std::uint8_t* w, std::int64_t ldw, int n, int kc, float* out) = nullptr;
+  /// E4M3 codes into [kc][nr64] doubles (exact values).
+  void (*pack_e4m3_f64)(const std::uint8_t* w, std::int64_t ldw, int n, int kc, double* out) = nullptr;
+
+  /// c[i][j] = (accumulate ? c[i][j] : 0) + sum_k a[i][k] b[k][j] for i < mr, j < nr, in increasing
+  /// k with one rounding per step (the products are exact: FMA where the ISA has it); b[k][j] is at
+  /// b[k * ldb + j] (a packed panel: ldb = nr).
+  void (*micro_exact_products)(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                               float* c, std::int64_t ldc, bool accumulate) = nullptr;
+  /// The same with each product rounded to f32 before the addition (f32 weights).
+  void (*micro_rounded_products)(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                 float* c, std::int64_t ldc, bool accumulate) = nullptr;
+  /// c[i][j] = sum_k a[i][k] b[k][j] in double (i < mr, j < nr64): exact for E4M3 values.
+  void (*micro_f64)(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
+                    std::int64_t ldc) = nullptr;
+
+  /// out[i] = f32(x[i]) for n bf16 bit patterns (exact).
+  void (*widen_bf16)(const std::uint16_t* x, std::int64_t n, float* out) = nullptr;
+  /// out[i] = the exact value of E4M3 activation code x[i] (NaN codes give NaN).
+  void (*widen_e4m3)(const std::uint8_t* x, std::int64_t n, float* out) = nullptr;
+  /// The same in double.
+  void (*widen_e4m3_f64)(const std::uint8_t* x, std::int64_t n, double* out) = nullptr;
+  /// out[i] = bf16(value(w[i]) * block_scale[i / 128]) as f32, the reference's dequantized weight
+  /// (w starts at a 128-aligned column).
+  void (*dequant_e4m3)(const std::uint8_t* w, std::int64_t n, const float* block_scale, float* out) = nullptr;
+
+  /// c[i][j] += f32(dot[i][j]) * scale[i] for i < mr, j < n: the FP8 block epilogue (exact mode).
+  void (*epilogue_f64)(int mr, int n, const double* dot, std::int64_t ldd, const float* scale, float* c,
+                       std::int64_t ldc) = nullptr;
+  /// The same for f32 block dots (fast mode).
+  void (*epilogue_f32)(int mr, int n, const float* dot, std::int64_t ldd, const float* scale, float* c,
+                       std::int64_t ldc) = nullptr;
+
+  /// The small-M exact FP8 product, weight rows streamed once: for m < M (<= 8), r < rows and
+  /// blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) * (xs[m][kb] * ws[kb]).
+  /// x is given as exact values times 2^512 in double (xd, [M][ldx]); w rows have stride ldw; all
+  /// rows share the weight scales ws[kb] (one 128-row block).
+  void (*e4m3_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
+                    const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
+                    float* out, std::int64_t ldo) = nullptr;
+};
+
+/// \brief 2^512: the factor the small-M FP8 kernel's x values carry (see GemmOps::e4m3_rows).
+inline constexpr double kE4m3RowsXScale = 0x1p512;
+
+}  // namespace dsv32::cpu::simd

@@ -1,0 +1,93 @@
+/// \file
+/// \brief CPU: which instruction set the hot kernels run on, chosen at run time.
+///
+/// The build has no -march flags (nor do the programs that embed dsv32), so the kernels that matter
+/// are compiled several times with GCC/Clang target attributes — AVX-512 (F, BW, DQ, VL), AVX2 + FMA +
+/// F16C, and portable C++ — and one is picked per call from what the CPU reports. Every path computes
+/// the same operations in the same order, so every path gives bit-identical results; tests force
+/// each path in turn with set_isa().
+#pragma once
+
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+namespace dsv32::cpu {
+
+/// \addtogroup backend
+/// @{
+
+/// \brief An instruction-set level of the CPU kernels, from the most portable up.
+enum class Isa {
+  portable = 0,  ///< plain C++ (any CPU, any compiler)
+  avx2 = 1,      ///< x86-64 AVX2 + FMA + F16C (Haswell, Zen 1 and later)
+  avx512 = 2,    ///< x86-64 AVX-512 F + BW + DQ + VL (Skylake-SP, Ice Lake, Zen 4 and later)
+};
+
+/// \brief The name of an ISA level, as the DSV32_CPU_ISA environment variable takes it.
+constexpr std::string_view isa_name(Isa isa) noexcept {
+  switch (isa) {
+    case Isa::avx512: return "avx512";
+    case Isa::avx2: return "avx2";
+    default: return "portable";
+  }
+}
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(_M_X64))
+/// Defined when the x86-64 kernels (target attributes) are compiled in.
+#define DSV32_CPU_X86 1
+#define DSV32_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
+#define DSV32_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2")))
+#endif
+
+/// \brief The best level this CPU (and this build) supports.
+inline Isa detected_isa() noexcept {
+#if defined(DSV32_CPU_X86)
+  static const Isa isa = [] {
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
+      return Isa::avx512;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
+        __builtin_cpu_supports("bmi2"))
+      return Isa::avx2;
+    return Isa::portable;
+  }();
+  return isa;
+#else
+  return Isa::portable;
+#endif
+}
+
+namespace detail {
+inline std::atomic<int>& isa_override() {
+  static std::atomic<int> value = [] {
+    // DSV32_CPU_ISA=portable|avx2|avx512 caps the level for the whole process (for A/B runs)
+    const char* env = std::getenv("DSV32_CPU_ISA");
+    const std::string_view v = env ? env : "";
+    if (v == "portable") return static_cast<int>(Isa::portable);
+    if (v == "avx2") return static_cast<int>(Isa::avx2);
+    return static_cast<int>(Isa::avx512);
+  }();
+  return value;
+}
+}  // namespace detail
+
+/// \brief The level the kernels use now: the detected one, capped by set_isa() or by the
+///        environment variable DSV32_CPU_ISA (portable, avx2 or avx512) read at first use.
+inline Isa active_isa() noexcept {
+  const int cap = detail::isa_override().load(std::memory_order_relaxed);
+  const int have = static_cast<int>(detected_isa());
+  return static_cast<Isa>(cap < have ? cap : have);
+}
+
+/// \brief Caps the level the kernels may use (a level above detected_isa() means "the best there
+///        is"); returns the previous cap. For tests and A/B measurements: every level gives the same
+///        results.
+inline Isa set_isa(Isa cap) noexcept {
+  return static_cast<Isa>(detail::isa_override().exchange(static_cast<int>(cap), std::memory_order_relaxed));
+}
+
+/// @}
+
+}  // namespace dsv32::cpu
