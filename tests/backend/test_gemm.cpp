@@ -509,3 +509,20 @@ TEST_CASE("cpu::linear and linear_f32 refuse shapes and dtypes they cannot handl
   // no rows: nothing to do, nothing touched
   CHECK_NOTHROW(cpu::linear({x.data(), 0, 3, 3}, w43, ScaleFmt::none, {y.data(), 0, 4, 4}));
 }
+
+TEST_CASE("cpu::set_num_threads refuses a thread count below 1 and keeps the current one") {
+  const int before = dsv32::cpu::num_threads();
+  for (int bad : {0, -1}) {
+    try {
+      dsv32::cpu::set_num_threads(bad);
+      FAIL("set_num_threads(", bad, ") did not throw");
+    } catch (const dsv32::Error& e) {
+      CHECK(e.kind() == dsv32::ErrorKind::invalid_argument);
+      CHECK(std::string(e.what()).find("the thread count must be >= 1, got " + std::to_string(bad)) != std::string::npos);
+    }
+  }
+  CHECK(dsv32::cpu::num_threads() == before);
+  dsv32::cpu::set_num_threads(1);
+  CHECK(dsv32::cpu::num_threads() == 1);
+  dsv32::cpu::set_num_threads(before);
+}

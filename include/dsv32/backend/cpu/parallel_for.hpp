@@ -4,6 +4,8 @@
 
 #include <cstdint>
 
+#include "../../core/error.hpp"
+
 #if defined(_OPENMP)
 #include <omp.h>
 #endif
@@ -26,13 +28,14 @@ inline int num_threads() noexcept {
 }
 
 /// \brief The one knob for the CPU backend's thread count (what OMP_NUM_THREADS sets at start-up):
-///        every later parallel loop uses `n` threads. Ignored without OpenMP.
+///        every later parallel loop uses `n` threads. Without OpenMP the count is checked, then
+///        ignored (everything runs on the calling thread).
 /// \param n threads, >= 1
-inline void set_num_threads(int n) noexcept {
+/// \throws Error(invalid_argument) if n < 1.
+inline void set_num_threads(int n) {
+  DSV32_CHECK(n >= 1, invalid_argument, "cpu::set_num_threads: the thread count must be >= 1, got ", n);
 #if defined(_OPENMP)
-  if (n >= 1) omp_set_num_threads(n);
-#else
-  (void)n;
+  omp_set_num_threads(n);
 #endif
 }
 
