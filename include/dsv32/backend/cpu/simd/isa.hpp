@@ -38,6 +38,7 @@ constexpr std::string_view isa_name(Isa isa) noexcept {
 #define DSV32_CPU_X86 1
 #define DSV32_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
 #define DSV32_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2")))
+#include <cpuid.h>
 #endif
 
 /// \brief The best level this CPU (and this build) supports.
@@ -48,8 +49,10 @@ inline Isa detected_isa() noexcept {
     if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
       return Isa::avx512;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-        __builtin_cpu_supports("bmi2"))
+    // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c"
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c && __builtin_cpu_supports("bmi2"))
       return Isa::avx2;
     return Isa::portable;
   }();
