@@ -27,6 +27,14 @@
 /// the same sizes (as with MPI itself); unlike ThreadCommunicator, sizes are not compared between ranks.
 #pragma once
 
+// MPI's C API only: the deprecated C++ bindings (which Open MPI's mpi.h would otherwise pull in) are
+// not used and do not compile warning-free.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
+#ifndef MPICH_SKIP_MPICXX
+#define MPICH_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <algorithm>
