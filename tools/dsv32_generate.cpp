@@ -439,19 +439,25 @@ dsv32::ModelArgs read_checkpoint_args(const fs::path& dir) {
   return dsv32::read_model_config(dir);  // the reference's ModelArgs fields or Hugging Face's
 }
 
+// The model's config: config.json's, with the caches sized for `batch` prompts.
+dsv32::ModelArgs checkpoint_args(const Arguments& a, std::int64_t batch) {
+  dsv32::ModelArgs args = read_checkpoint_args(*a.checkpoint);
+  if (a.max_seq_len) args.runtime.max_seq_len = *a.max_seq_len;
+  // Caches for the prompts at hand only; more prompts than config.json allows fail in generate().
+  if (batch <= args.runtime.max_batch_size) args.runtime.max_batch_size = std::max<std::int64_t>(1, batch);
+  args.runtime.validate();
+  return args;
+}
+
 // This rank's engine (every rank makes the same one, for its part of the model).
-std::unique_ptr<Engine> make_rank_engine(const Arguments& a, std::int64_t batch, Ranks& ranks) {
+std::unique_ptr<Engine> make_rank_engine(const Arguments& a, const dsv32::ModelArgs& args, std::int64_t batch,
+                                         Ranks& ranks) {
   if (!a.checkpoint) {
     dsv32::RuntimeOptions runtime;
     runtime.max_batch_size = std::max<std::int64_t>(1, batch);
     runtime.max_seq_len = a.max_seq_len.value_or(kEmbeddedMaxSeqLen);
     return std::make_unique<ModelEngine<EmbeddedDefault>>(runtime, std::nullopt, a.quiet, ranks);
   }
-  dsv32::ModelArgs args = read_checkpoint_args(*a.checkpoint);
-  if (a.max_seq_len) args.runtime.max_seq_len = *a.max_seq_len;
-  // Caches for the prompts at hand only; more prompts than config.json allows fail in generate().
-  if (batch <= args.runtime.max_batch_size) args.runtime.max_batch_size = std::max<std::int64_t>(1, batch);
-  args.runtime.validate();
   std::unique_ptr<Engine> engine;
   dsv32::dispatch_config<dsv32::Presets>(
       args, [&]<class C>() { engine = std::make_unique<ModelEngine<C>>(args.runtime, a.checkpoint, a.quiet, ranks); },
@@ -459,14 +465,28 @@ std::unique_ptr<Engine> make_rank_engine(const Arguments& a, std::int64_t batch,
   return engine;
 }
 
-// Rank 0: starts the other ranks (they learn the batch size) and loads with them; a rank that fails
-// makes every rank throw the same error.
+// Every rank: reads its config.json, checks that all ranks read the same, builds and loads its part —
+// each step agreed on, so that a rank that fails makes every rank throw the same error.
+std::unique_ptr<Engine> start_rank_engine(const Arguments& a, std::int64_t batch, Ranks& ranks) {
+  dsv32::ModelArgs args;
+  if (a.checkpoint) {
+    dsv32::run_collectively(ranks.comm, "reading the model's config", [&] { args = checkpoint_args(a, batch); });
+    dsv32::check_same_on_all_ranks(ranks.comm,
+                                   dsv32::to_reference_config(args).dump() + " " +
+                                       std::to_string(args.runtime.max_batch_size) + " " +
+                                       std::to_string(args.runtime.max_seq_len),
+                                   "the checkpoint's config.json");
+  }
+  std::unique_ptr<Engine> engine;
+  dsv32::run_collectively(ranks.comm, "loading the model", [&] { engine = make_rank_engine(a, args, batch, ranks); });
+  return engine;
+}
+
+// Rank 0: starts the other ranks (they learn the batch size), then starts its own part with them.
 std::unique_ptr<Engine> make_engine(const Arguments& a, std::int64_t batch, Ranks& ranks) {
   if (a.replay_ids) return std::make_unique<ReplayEngine>(*a.replay_ids, a.max_seq_len.value_or(kEmbeddedMaxSeqLen));
   ranks.send_batch(batch);
-  std::unique_ptr<Engine> engine;
-  dsv32::run_collectively(ranks.comm, "loading the model", [&] { engine = make_rank_engine(a, batch, ranks); });
-  return engine;
+  return start_rank_engine(a, batch, ranks);
 }
 
 // Ranks other than 0: wait for rank 0's batch size, load, then compute rank 0's generate() calls.
@@ -476,7 +496,7 @@ int follow(const Arguments& a, Ranks& ranks) {
   if (batch < 0) return 1;  // rank 0 failed before starting the model (and says why)
   std::unique_ptr<Engine> engine;
   try {
-    dsv32::run_collectively(ranks.comm, "loading the model", [&] { engine = make_rank_engine(a, batch, ranks); });
+    engine = start_rank_engine(a, batch, ranks);
   } catch (const dsv32::Error&) {
     return 1;
   }

@@ -343,6 +343,12 @@ TEST_CASE("a rank that cannot load makes every rank throw the same error, naming
   }, ErrorKind::invalid_argument);
   CHECK(what.find("n_heads (3) must be divisible by the world size (2)") != std::string::npos);
 
+  // Ranks that read different config.json files: refused on every rank, naming the odd one.
+  what = collective_error([&] {
+    dsv32::check_same_on_all_ranks(&mpi(), mpi().rank() == 1 ? "{\"dim\": 7168}" : "{\"dim\": 256}", "config.json");
+  }, ErrorKind::invalid_config);
+  CHECK(what.find("rank 1 of 2 disagrees with rank 0 on config.json") != std::string::npos);
+
   // After all that, the group still works: a good load and a forward pass.
   dsv32::run_collectively(&mpi(), "loading", [&] { dsv32::load_checkpoint(model, ck.hf); });
   std::vector<Call> calls = dsv32_test::prefill_calls();

@@ -23,6 +23,7 @@
 #include <exception>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "dsv32/backend/backend.hpp"
@@ -159,6 +160,24 @@ void run_collectively(CommunicatorBase* comm, const char* what, Step&& step) {
   const std::string others =
       next < world ? detail::concat(" (rank ", next, next + 1 < world ? " and maybe others" : "", " failed too)") : "";
   fail(static_cast<ErrorKind>(header[0]), "rank ", first, " of ", world, " failed ", what, others, ": ", message);
+}
+
+/// \brief Checks that every rank of `comm` holds the same `value` (e.g. its config.json, read from its
+///        own disk): throws the same Error(invalid_config) on every rank otherwise, naming the first
+///        rank that differs from rank 0. Ranks compare 64-bit FNV-1a digests, not the values.
+/// \param comm  the group (nullptr: one rank, nothing to check)
+/// \param value this rank's value
+/// \param what  what it is, for the message ("the checkpoint's config.json")
+inline void check_same_on_all_ranks(CommunicatorBase* comm, std::string_view value, const char* what) {
+  if (comm == nullptr || comm->world_size() == 1) return;
+  std::uint64_t digest = 14695981039346656037ull;
+  for (const char c : value) digest = (digest ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+  std::uint64_t rank0 = digest;
+  comm->broadcast_host(std::as_writable_bytes(std::span(&rank0, 1)), 0);
+  const int world = comm->world_size();
+  const std::int64_t first = comm->all_reduce_min_host(digest != rank0 ? comm->rank() : world);
+  DSV32_CHECK(first == world, invalid_config, "rank ", first, " of ", world, " disagrees with rank 0 on ", what,
+              " (every rank must run the same model)");
 }
 
 /// @}
