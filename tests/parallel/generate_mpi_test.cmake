@@ -2,9 +2,11 @@
 # environment for root and oversubscription, and one OpenMP thread per rank):
 #  - the embedded model, greedy: one line of ids on standard output (rank 0 prints, rank 1 only
 #    computes), exit status 0, the same ids as --world-size 2 (the ranks as threads of one process);
-#  - a config whose heads do not divide by 2, and a checkpoint holding only one rank's shards: exit
-#    status 1 and rank 0's one message, naming the cause, printed once — no rank left waiting.
-#   cmake -DGENERATE=<dsv32-generate> -DMPIEXEC=<mpirun> -DGOLDEN=<tests/data/golden> -P generate_mpi_test.cmake
+#  - a config whose heads do not divide by 2, one whose FP8 blocks would be cut, and a checkpoint
+#    holding only a one-rank shard: exit status 1 and rank 0's one message, naming the cause, printed
+#    once — no rank left waiting.
+#   cmake -DGENERATE=<dsv32-generate> -DMPIEXEC=<mpirun> -DGOLDEN=<tests/data/golden>
+#         -DCONFIGS=<tests/data/configs> -DWORK_DIR=<scratch> -P generate_mpi_test.cmake
 cmake_minimum_required(VERSION 3.20)
 
 function(run out_rc out_stdout out_stderr)
@@ -31,12 +33,18 @@ if(NOT rc EQUAL 0 OR NOT threads_out STREQUAL mpi_out)
 endif()
 message(STATUS "mpirun -n 2 and --world-size 2: ${mpi_out}")
 
-foreach(c "tiny_bf16|n_heads \\(3\\) must be divisible by the world size \\(2\\)"
-          "tiny_fp8_ue8m0_yarn|holds neither model0-mp2.safetensors.*it has model0-mp1.safetensors")
+# Shards of another world size: the 671B config (building it allocates nothing) next to a one-rank shard.
+file(REMOVE_RECURSE "${WORK_DIR}")
+file(MAKE_DIRECTORY "${WORK_DIR}/mp1")
+file(COPY_FILE "${CONFIGS}/config_671B_v3.2.json" "${WORK_DIR}/mp1/config.json")
+file(TOUCH "${WORK_DIR}/mp1/model0-mp1.safetensors")
+foreach(c "${GOLDEN}/tiny_bf16|n_heads \\(3\\) must be divisible by the world size \\(2\\)"
+          "${GOLDEN}/tiny_fp8_ue8m0_yarn|wq_b.weight: each of the 2 ranks would hold 96 rows of this FP8 weight"
+          "${WORK_DIR}/mp1|holds neither model0-mp2.safetensors.*it has model0-mp1.safetensors")
   string(REPLACE "|" ";" c "${c}")
   list(GET c 0 scenario)
   list(GET c 1 expected)
-  run(rc out err ${mpirun} "${GENERATE}" --checkpoint "${GOLDEN}/${scenario}" ${args})
+  run(rc out err ${mpirun} "${GENERATE}" --checkpoint "${scenario}" ${args})
   string(REGEX MATCHALL "dsv32-generate: dsv32 \\[" messages "${err}")
   list(LENGTH messages n)
   if(rc EQUAL 0 OR NOT err MATCHES "dsv32-generate: dsv32 \\[[a-z_]+\\]: rank 0 of 2 failed loading the model \\(rank 1 failed too\\): [^\n]*${expected}" OR NOT n EQUAL 1)
