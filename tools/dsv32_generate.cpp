@@ -55,12 +55,16 @@ using Tokens = std::vector<std::int32_t>;
 // model's vocabulary (129280) so that the DeepSeek tokenizers' ids all fit and text and chat
 // modes work out of the box. Random weights: 97 MiB, about 1 s to initialize and a few ms per
 // token on one core. (A smaller vocabulary would be faster but could not run text modes.)
-// 16 heads and two shared experts so that it also splits over two ranks (--world-size 2, mpirun -n 2)
-// with whole FP8 blocks on each.
 struct EmbeddedDefault : dsv32::TinyFp8Ue8m0Yarn {
   static constexpr std::string_view name = "embedded-default (tiny FP8, vocab 129280, random weights)";
   static constexpr std::int64_t vocab_size = 129280;
   static constexpr std::int64_t dim = 128;
+};
+// The embedded model over 2 ranks (--world-size 2, mpirun -n 2): 16 heads and two shared experts, so
+// that each rank holds whole FP8 blocks (EmbeddedDefault's 4 heads cannot split). Its random weights
+// differ from one rank's anyway (each rank draws its own part), so nothing is lost by the other shape.
+struct EmbeddedSplit : EmbeddedDefault {
+  static constexpr std::string_view name = "embedded-default over ranks (tiny FP8, 16 heads, vocab 129280, random weights)";
   static constexpr std::int64_t n_heads = 16;
   static constexpr std::int64_t n_shared_experts = 2;
 };
@@ -82,8 +86,8 @@ model:
   --max-seq-len N      cache length (default: config.json's max_seq_len; embedded: 4096)
   --world-size W       split the model over W ranks running as threads of this process
                        (ThreadCommunicator): the checkpoint's model{r}-mpW.safetensors shards, or
-                       a Hugging Face directory sliced at load time. The embedded model's random
-                       weights then differ from one rank's. Under mpirun (builds with MPI) each
+                       a Hugging Face directory sliced at load time. The embedded model then has
+                       16 heads (to split) and other random weights. Under mpirun (builds with MPI) each
                        process is a rank instead: mpirun -n W dsv32-generate ... (see
                        docs/parallelism.md); rank 0 reads the input and prints
 
@@ -456,6 +460,8 @@ std::unique_ptr<Engine> make_rank_engine(const Arguments& a, const dsv32::ModelA
     dsv32::RuntimeOptions runtime;
     runtime.max_batch_size = std::max<std::int64_t>(1, batch);
     runtime.max_seq_len = a.max_seq_len.value_or(kEmbeddedMaxSeqLen);
+    if (ranks.parallel().world_size > 1)
+      return std::make_unique<ModelEngine<EmbeddedSplit>>(runtime, std::nullopt, a.quiet, ranks);
     return std::make_unique<ModelEngine<EmbeddedDefault>>(runtime, std::nullopt, a.quiet, ranks);
   }
   std::unique_ptr<Engine> engine;
