@@ -30,9 +30,11 @@
 // MPI's C API only: the deprecated C++ bindings (which Open MPI's mpi.h would otherwise pull in) are
 // not used and do not compile warning-free.
 #ifndef OMPI_SKIP_MPICXX
+/// \brief Open MPI: mpi.h without the C++ bindings.
 #define OMPI_SKIP_MPICXX 1
 #endif
 #ifndef MPICH_SKIP_MPICXX
+/// \brief MPICH: mpi.h without the C++ bindings.
 #define MPICH_SKIP_MPICXX 1
 #endif
 #include <mpi.h>
