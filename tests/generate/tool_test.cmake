@@ -302,7 +302,7 @@ elseif(CASE STREQUAL "chat_replay")
       STDOUT "^\nLet me reason.\n</think>\n\nThe answer is 42.\n$"
       STDERR "chat output: found </think> at byte 16 of the reply \\(expected answer text.*the rest of the reply is shown as generated")
   # A replay file that is not ids, or runs out.
-  run(RC 1 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/prompts.txt" --quiet STDERR "prompts.txt line 1: 'Hello!' is not a token id")
+  run(RC 1 ARGS --prompt "Hello!" --replay-ids "${WORK_DIR}/prompts.txt" --quiet STDERR "prompts.txt line 1: 'Hello!' \\(id 1\\) is not a token id")
   file(WRITE "${WORK_DIR}/one.txt" "19923 3\n")
   run(RC 1 ARGS --chat --replay-ids "${WORK_DIR}/one.txt" --quiet INPUT "a\nb\n" STDOUT "^>>> Hello!\n>>> $"
       STDERR "replay file .*one.txt has no line left for reply 2")

@@ -1,7 +1,8 @@
 // Tests of <dsv32/mpi.hpp>, run by ctest under `mpirun -n 2` (tests/parallel/tests.cmake): every rank
 // runs every case, in the same order, and every rank checks what it can see.
 //  - MpiCommunicator's collectives equal ThreadCommunicator's bit for bit (f32 and bf16 sums, gather,
-//    broadcast, the control plane), with sizes that do not divide by the world size.
+//    broadcast, the control plane), with sizes that do not divide by the world size, also on a
+//    backend whose memory the host cannot read (staged through host copies).
 //  - A random bf16 model of two ranks over MPI, from a Hugging Face directory sliced at load time and
 //    from converted shards: both ranks' logits are byte-identical, equal to ThreadCommunicator's at the
 //    same world size bit for bit, and close to one rank's (the tolerance of tests/io/test_convert.cpp).
@@ -16,6 +17,7 @@
 #include <dsv32/io/checkpoint.hpp>
 #include <dsv32/io/convert.hpp>
 #include <dsv32/mpi.hpp>
+#include <dsv32/testing/host_invisible.hpp>
 
 #include <algorithm>
 #include <cstdint>
@@ -210,6 +212,24 @@ TEST_CASE("MpiCommunicator: sums, gathers and broadcasts equal ThreadCommunicato
   }, ErrorKind::invalid_argument, {"all_gather of 3 elements per rank needs an output of 6, got 3"});
   dsv32::test::check_error([&] { comm.broadcast_host(std::as_writable_bytes(std::span(small)), 2); },
                            ErrorKind::invalid_argument, {"broadcast root 2 outside [0, 2)"});
+}
+
+TEST_CASE("MpiCommunicator on a backend the host cannot read: staged through host copies, the same bits") {
+  using Hidden = dsv32::testing::HostInvisible;
+  using Memory = dsv32::Memory<Hidden>;
+  dsv32::MpiCommunicator<Hidden> comm;
+  dsv32::ExecutionContext<Hidden> ctx;
+  constexpr std::size_t n = 1001;
+  const auto values = rank_values<float>(comm.rank(), n);
+  void* device = Memory::allocate(n * sizeof(float));
+  Memory::copy_from_host(device, values.data(), n * sizeof(float));
+  using space = dsv32::space_of<Hidden>;
+  comm.all_reduce_sum(ctx, dsv32::VectorView<float, space>{static_cast<float*>(device), static_cast<std::int64_t>(n)});
+  std::vector<float> back(n);
+  Memory::copy_to_host(back.data(), device, n * sizeof(float));
+  Memory::deallocate(device);
+  CHECK(bytes_of(back) == bytes_of(thread_sum<float>(2, n)));
+  CHECK(ctx.synchronizations == 2);  // one after the copy down, one after the copy up
 }
 
 TEST_CASE("two ranks over MPI: identical logits on both, ThreadCommunicator's bit for bit, close to one rank") {
