@@ -9,9 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <cstdint>
-#include <exception>
 #include <stdexcept>
-#include <thread>
 #include <vector>
 
 #include "io/mp_test_support.hpp"
@@ -25,23 +23,11 @@ using Prompts = std::vector<std::vector<std::int32_t>>;
 // Runs rank(r, model) for both ranks of a fresh two-rank random model; rethrows a rank's error.
 template <class Rank>
 void two_ranks(Rank rank) {
-  auto comms = dsv32::ThreadCommunicator<>::group(2);
-  std::vector<std::exception_ptr> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        Model model(dsv32_test::runtime_options(), dsv32::Parallel::from(comms[r]));
-        model.init_random(5);
-        rank(r, model);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        comms[r].abort();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  dsv32_test::on_thread_ranks(2, [&](int r, dsv32::ThreadCommunicator<>& comm) {
+    Model model(dsv32_test::runtime_options(), dsv32::Parallel::from(comm));
+    model.init_random(5);
+    rank(r, model);
+  });
 }
 
 }  // namespace

@@ -3,15 +3,18 @@
 // both sides make, and the relative error the comparisons with one rank use.
 #pragma once
 
+#include <dsv32/core/thread_communicator.hpp>
 #include <dsv32/dsv32.hpp>
 #include <dsv32/io/hf_checkpoint.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <optional>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -93,6 +96,27 @@ struct Call {
   std::vector<std::int32_t> tokens;
   std::int64_t start = 0;
 };
+
+// Runs body(rank, communicator) for `world` ranks as threads of one ThreadCommunicator group. A rank
+// that throws aborts the group (so that no rank waits for it forever); its exception is rethrown here.
+template <class Backend = dsv32::Cpu, class Body>
+void on_thread_ranks(int world, Body body) {
+  auto comms = dsv32::ThreadCommunicator<Backend>::group(world);
+  std::vector<std::exception_ptr> errors(static_cast<std::size_t>(world));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r)
+    threads.emplace_back([&, r] {
+      try {
+        body(r, comms[static_cast<std::size_t>(r)]);
+      } catch (...) {
+        errors[static_cast<std::size_t>(r)] = std::current_exception();
+        comms[static_cast<std::size_t>(r)].abort();
+      }
+    });
+  for (auto& t : threads) t.join();
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+}
 
 // The calls of a comparison: a prefill of two sequences of 12 tokens (start 0).
 inline std::vector<Call> prefill_calls() {

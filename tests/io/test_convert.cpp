@@ -78,36 +78,24 @@ Run run_one_rank(const fs::path& hf, int decode_steps, std::vector<Call>& calls)
 template <class Config, class Backend = dsv32::Cpu>
 std::vector<Run> run_two_ranks(const fs::path& checkpoint, const std::vector<Call>& calls) {
   const bool sliced = dsv32::detect_checkpoint_layout(checkpoint, 0, 2) == dsv32::CheckpointLayout::hugging_face;
-  auto comms = dsv32::ThreadCommunicator<Backend>::group(2);
   std::vector<Run> runs(2);
-  std::vector<std::exception_ptr> errors(2);
   std::vector<std::size_t> experts(2), fp8_borrowed(2), fp8(2), fp8_column_slices(2);
-  std::vector<std::thread> ranks;
-  for (std::size_t r = 0; r < 2; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        dsv32::Transformer<Config, Backend> m(runtime_options(), dsv32::Parallel::from(comms[r]));
-        dsv32::run_collectively(&comms[r], "loading", [&] { dsv32::load_checkpoint(m, checkpoint); });
-        m.visit([&](const std::string& name, dsv32::Parameter<Backend>& p) {
-          if (name.find(".experts.") != std::string::npos && name.ends_with("w1.weight")) ++experts[r];
-          if (p.dtype() != DType::F8_E4M3) return;
-          fp8[r] += 1, fp8_borrowed[r] += p.borrowed();
-          const bool column_split = name.ends_with("attn.wo.weight") ||
-                                    (name.ends_with(".w2.weight") && name.find(".experts.") == std::string::npos);
-          fp8_column_slices[r] += column_split;
-        });
-        FirstAttention attn;
-        for (std::size_t i = 0; i < calls.size(); ++i)
-          runs[r].logits.push_back(m.forward(calls[i].tokens, 2, calls[i].start, {false, i == 0 ? &attn : nullptr}));
-        runs[r].first_attention = attn.values;
-      } catch (...) {
-        errors[r] = std::current_exception();
-        comms[r].abort();  // the other rank must not wait for this one forever
-      }
+  dsv32_test::on_thread_ranks<Backend>(2, [&](int r, dsv32::ThreadCommunicator<Backend>& comm) {
+    dsv32::Transformer<Config, Backend> m(runtime_options(), dsv32::Parallel::from(comm));
+    dsv32::run_collectively(&comm, "loading", [&] { dsv32::load_checkpoint(m, checkpoint); });
+    m.visit([&](const std::string& name, dsv32::Parameter<Backend>& p) {
+      if (name.find(".experts.") != std::string::npos && name.ends_with("w1.weight")) ++experts[r];
+      if (p.dtype() != DType::F8_E4M3) return;
+      fp8[r] += 1, fp8_borrowed[r] += p.borrowed();
+      const bool column_split = name.ends_with("attn.wo.weight") ||
+                                (name.ends_with(".w2.weight") && name.find(".experts.") == std::string::npos);
+      fp8_column_slices[r] += column_split;
     });
-  for (auto& t : ranks) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
+    FirstAttention attn;
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      runs[r].logits.push_back(m.forward(calls[i].tokens, 2, calls[i].start, {false, i == 0 ? &attn : nullptr}));
+    runs[r].first_attention = attn.values;
+  });
   CHECK(experts == std::vector<std::size_t>{4, 4});  // each rank holds its half of the routed experts
   if constexpr (dsv32::Memory<Backend>::host_visible) {
     // FP8 weights straight from the mapping, but for the column slices of a Hugging Face tensor

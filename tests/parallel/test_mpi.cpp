@@ -117,25 +117,13 @@ std::vector<std::byte> logits_of(Model& m, std::vector<Call>& calls, int decode_
 
 // The same calls at two ranks as threads of this process.
 std::vector<std::byte> thread_logits(const fs::path& checkpoint, const std::vector<Call>& calls) {
-  auto comms = dsv32::ThreadCommunicator<>::group(2);
   std::vector<std::vector<std::byte>> out(2);
-  std::vector<std::exception_ptr> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r)
-    threads.emplace_back([&, r] {
-      try {
-        dsv32::Transformer<MpTestBf16Config> m(runtime_options(), dsv32::Parallel::from(comms[r]));
-        dsv32::run_collectively(&comms[r], "loading", [&] { dsv32::load_checkpoint(m, checkpoint); });
-        std::vector<Call> c = calls;
-        out[r] = logits_of(m, c, 0);
-      } catch (...) {
-        errors[r] = std::current_exception();
-        comms[r].abort();
-      }
-    });
-  for (auto& t : threads) t.join();
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(e);
+  dsv32_test::on_thread_ranks(2, [&](int r, dsv32::ThreadCommunicator<>& comm) {
+    dsv32::Transformer<MpTestBf16Config> m(runtime_options(), dsv32::Parallel::from(comm));
+    dsv32::run_collectively(&comm, "loading", [&] { dsv32::load_checkpoint(m, checkpoint); });
+    std::vector<Call> c = calls;
+    out[r] = logits_of(m, c, 0);
+  });
   CHECK(out[0] == out[1]);
   return out[0];
 }
