@@ -4,10 +4,21 @@
 // Structure: arguments -> an Engine (one compiled config chosen with dispatch_config from the
 // checkpoint's config.json, or the embedded default) -> one of three modes: token ids, text, chat.
 // Only the Engine is a template; everything else is compiled once.
+//
+// Model parallelism: under `mpirun -n W` (builds with dsv32::mpi) every process is a rank; with
+// `--world-size W` the ranks are threads of this process. Either way rank 0 runs the mode (reads the
+// input, prints) and the other ranks follow (follow()): they learn the batch size from rank 0, load
+// their part of the model and compute every generate() call rank 0 makes (GenerationGroup). Loading
+// is agreed on (run_collectively), so a rank that fails makes every rank exit with rank 0's one message.
 #include <dsv32/dsv32.hpp>
 #include <dsv32/config/registry.hpp>
 #include <dsv32/generate/generate.hpp>
+#include <dsv32/generate/group.hpp>
 #include <dsv32/io/checkpoint.hpp>
+
+#if defined(DSV32_GENERATE_WITH_MPI)
+#include <dsv32/mpi.hpp>
+#endif
 
 #if defined(DSV32_GENERATE_WITH_TOKENIZER)
 #include <dsv32/tokenizer.hpp>
@@ -25,6 +36,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #if !defined(_WIN32)
@@ -48,6 +60,14 @@ struct EmbeddedDefault : dsv32::TinyFp8Ue8m0Yarn {
   static constexpr std::int64_t vocab_size = 129280;
   static constexpr std::int64_t dim = 128;
 };
+// The embedded model over 2 ranks (--world-size 2, mpirun -n 2): 16 heads and two shared experts, so
+// that each rank holds whole FP8 blocks (EmbeddedDefault's 4 heads cannot split). Its random weights
+// differ from one rank's anyway (each rank draws its own part), so nothing is lost by the other shape.
+struct EmbeddedSplit : EmbeddedDefault {
+  static constexpr std::string_view name = "embedded-default over ranks (tiny FP8, 16 heads, vocab 129280, random weights)";
+  static constexpr std::int64_t n_heads = 16;
+  static constexpr std::int64_t n_shared_experts = 2;
+};
 constexpr std::uint64_t kEmbeddedWeightSeed = 2025;
 constexpr std::int64_t kEmbeddedMaxSeqLen = 4096;
 const Tokens kDefaultPrompt = {1, 17, 42, 99, 256, 7, 311, 5};
@@ -64,6 +84,12 @@ model:
                        has the Hugging Face loader); the compiled config matching config.json is
                        used. Alias: --ckpt-path. Default: the embedded tiny model.
   --max-seq-len N      cache length (default: config.json's max_seq_len; embedded: 4096)
+  --world-size W       split the model over W ranks running as threads of this process
+                       (ThreadCommunicator): the checkpoint's model{r}-mpW.safetensors shards, or
+                       a Hugging Face directory sliced at load time. The embedded model then has
+                       16 heads (to split) and other random weights. Under mpirun (builds with MPI) each
+                       process is a rank instead: mpirun -n W dsv32-generate ... (see
+                       docs/parallelism.md); rank 0 reads the input and prints
 
 input, as token ids (default mode):
   --prompt-ids "IDS"   one prompt of token ids separated by spaces or commas; "-" reads them from
@@ -137,10 +163,13 @@ struct Arguments {
   bool text = false, raw = false, chat = false, thinking = false, quiet = false;
   dsv32::GenerateOptions gen;
   bool eos_given = false;
+  int world_size = 1;  // --world-size: ranks as threads
 };
 
+int g_process_rank = 0;  // this process's MPI rank (0 without MPI): only rank 0 prints
+
 [[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "dsv32-generate: " << message << "\n(run dsv32-generate --help for usage)\n";
+  if (g_process_rank == 0) std::cerr << "dsv32-generate: " << message << "\n(run dsv32-generate --help for usage)\n";
   std::exit(2);
 }
 
@@ -187,6 +216,8 @@ Arguments parse_arguments(int argc, char** argv) {
       a.checkpoint = value();
     } else if (arg == "--max-seq-len") {
       a.max_seq_len = parse_int(arg, value(), 1, kMaxInt);
+    } else if (arg == "--world-size") {
+      a.world_size = static_cast<int>(parse_int(arg, value(), 1, 1024));
     } else if (arg == "--prompt-ids") {
       a.prompt_ids = value();
     } else if (arg == "--batch-file") {
@@ -244,6 +275,7 @@ Arguments parse_arguments(int argc, char** argv) {
   if (a.thinking && (a.raw || !(a.prompt_text || a.text || a.chat)))
     usage_error("--thinking applies to chat-template prompts (--prompt, --chat, --batch-file --text), not --raw");
   if (a.replay_ids && a.checkpoint) usage_error("--replay-ids replaces the model: give it or --checkpoint");
+  if (a.replay_ids && a.world_size > 1) usage_error("--replay-ids replaces the model: it runs on one rank");
   if (a.prompt_ids && a.batch_file && *a.prompt_ids == "-" && *a.batch_file == "-")
     usage_error("standard input can be read once");
 #if !defined(DSV32_GENERATE_WITH_TOKENIZER)
@@ -282,23 +314,47 @@ std::vector<std::string> read_lines(const std::string& path) {
 
 // ------------------------------------------------------------------ the model behind a virtual seam
 
+// This rank's place: the group's communicator (null with one rank), and what the other ranks were
+// told so far, so that a failure on rank 0 releases them (main()).
+struct Ranks {
+  dsv32::CommunicatorBase* comm = nullptr;
+  bool started = false;  // rank 0 sent the batch size: the other ranks are loading or serving
+  bool broken = false;   // a generate() failed with the ranks out of step: only ending the group helps
+
+  int rank() const { return comm ? comm->rank() : 0; }
+  dsv32::Parallel parallel() const { return comm ? dsv32::Parallel::from(*comm) : dsv32::Parallel{}; }
+  // Rank 0 tells the others the batch size, or -1: nothing to run.
+  void send_batch(std::int64_t batch) {
+    if (!comm) return;
+    comm->broadcast_host(std::as_writable_bytes(std::span(&batch, 1)), 0);
+    started = true;
+  }
+  std::int64_t receive_batch() {
+    std::int64_t batch = -1;
+    comm->broadcast_host(std::as_writable_bytes(std::span(&batch, 1)), 0);
+    return batch;
+  }
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
   virtual dsv32::GenerationResult generate(const std::vector<Tokens>& prompts, const dsv32::GenerateOptions& o) = 0;
   virtual std::int64_t vocab_size() const = 0;
   virtual std::int64_t max_seq_len() const = 0;
+  // Ranks other than 0: compute rank 0's generate() calls until it is done.
+  virtual void serve() {}
 };
 
 template <class Config>
 class ModelEngine final : public Engine {
  public:
-  ModelEngine(const dsv32::RuntimeOptions& runtime, const std::optional<fs::path>& checkpoint, bool quiet)
-      : model_(runtime) {
+  ModelEngine(const dsv32::RuntimeOptions& runtime, const std::optional<fs::path>& checkpoint, bool quiet, Ranks& ranks)
+      : model_(runtime, ranks.parallel()), group_(model_), ranks_(ranks) {
     const auto t0 = std::chrono::steady_clock::now();
     if (checkpoint) dsv32::load_checkpoint(model_, *checkpoint);
     else model_.init_random(kEmbeddedWeightSeed);
-    if (quiet) return;
+    if (quiet || ranks.rank() != 0) return;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const dsv32::MemoryPlan plan = model_.memory_plan();
     std::fprintf(stderr, "model %s: %lld parameters, %s of weights, %s of caches (batch %lld x %lld positions); %s in %.2f s\n",
@@ -307,15 +363,33 @@ class ModelEngine final : public Engine {
                  dsv32::format_bytes(static_cast<double>(plan.caches)).c_str(),
                  static_cast<long long>(runtime.max_batch_size), static_cast<long long>(runtime.max_seq_len),
                  checkpoint ? "loaded" : "random weights", s);
+    if (model_.parallel().world_size > 1)
+      std::fprintf(stderr, "model parallel: %d ranks, each holding 1/%d of the split weights\n",
+                   model_.parallel().world_size, model_.parallel().world_size);
   }
   dsv32::GenerationResult generate(const std::vector<Tokens>& prompts, const dsv32::GenerateOptions& o) override {
-    return dsv32::generate(model_, prompts, o);
+    try {
+      return group_.generate(prompts, o);
+    } catch (...) {
+      ranks_.broken = group_.broken();
+      throw;
+    }
+  }
+  void serve() override {
+    try {
+      group_.serve();
+    } catch (...) {
+      ranks_.broken = group_.broken();
+      throw;
+    }
   }
   std::int64_t vocab_size() const override { return Config::vocab_size; }
   std::int64_t max_seq_len() const override { return model_.options().max_seq_len; }
 
  private:
   dsv32::Transformer<Config> model_;
+  dsv32::GenerationGroup<dsv32::Transformer<Config>> group_;
+  Ranks& ranks_;
 };
 
 // --replay-ids: no model; each sequence of each generate() call "produces" the ids of the next line
@@ -369,24 +443,71 @@ dsv32::ModelArgs read_checkpoint_args(const fs::path& dir) {
   return dsv32::read_model_config(dir);  // the reference's ModelArgs fields or Hugging Face's
 }
 
-std::unique_ptr<Engine> make_engine(const Arguments& a, std::int64_t batch) {
-  if (a.replay_ids) return std::make_unique<ReplayEngine>(*a.replay_ids, a.max_seq_len.value_or(kEmbeddedMaxSeqLen));
-  if (!a.checkpoint) {
-    dsv32::RuntimeOptions runtime;
-    runtime.max_batch_size = std::max<std::int64_t>(1, batch);
-    runtime.max_seq_len = a.max_seq_len.value_or(kEmbeddedMaxSeqLen);
-    return std::make_unique<ModelEngine<EmbeddedDefault>>(runtime, std::nullopt, a.quiet);
-  }
+// The model's config: config.json's, with the caches sized for `batch` prompts.
+dsv32::ModelArgs checkpoint_args(const Arguments& a, std::int64_t batch) {
   dsv32::ModelArgs args = read_checkpoint_args(*a.checkpoint);
   if (a.max_seq_len) args.runtime.max_seq_len = *a.max_seq_len;
   // Caches for the prompts at hand only; more prompts than config.json allows fail in generate().
   if (batch <= args.runtime.max_batch_size) args.runtime.max_batch_size = std::max<std::int64_t>(1, batch);
   args.runtime.validate();
+  return args;
+}
+
+// This rank's engine (every rank makes the same one, for its part of the model).
+std::unique_ptr<Engine> make_rank_engine(const Arguments& a, const dsv32::ModelArgs& args, std::int64_t batch,
+                                         Ranks& ranks) {
+  if (!a.checkpoint) {
+    dsv32::RuntimeOptions runtime;
+    runtime.max_batch_size = std::max<std::int64_t>(1, batch);
+    runtime.max_seq_len = a.max_seq_len.value_or(kEmbeddedMaxSeqLen);
+    if (ranks.parallel().world_size > 1)
+      return std::make_unique<ModelEngine<EmbeddedSplit>>(runtime, std::nullopt, a.quiet, ranks);
+    return std::make_unique<ModelEngine<EmbeddedDefault>>(runtime, std::nullopt, a.quiet, ranks);
+  }
   std::unique_ptr<Engine> engine;
   dsv32::dispatch_config<dsv32::Presets>(
-      args, [&]<class C>() { engine = std::make_unique<ModelEngine<C>>(args.runtime, a.checkpoint, a.quiet); },
+      args, [&]<class C>() { engine = std::make_unique<ModelEngine<C>>(args.runtime, a.checkpoint, a.quiet, ranks); },
       (*a.checkpoint / "config.json").string());
   return engine;
+}
+
+// Every rank: reads its config.json, checks that all ranks read the same, builds and loads its part —
+// each step agreed on, so that a rank that fails makes every rank throw the same error.
+std::unique_ptr<Engine> start_rank_engine(const Arguments& a, std::int64_t batch, Ranks& ranks) {
+  dsv32::ModelArgs args;
+  if (a.checkpoint) {
+    dsv32::run_collectively(ranks.comm, "reading the model's config", [&] { args = checkpoint_args(a, batch); });
+    dsv32::check_same_on_all_ranks(ranks.comm,
+                                   dsv32::to_reference_config(args).dump() + " " +
+                                       std::to_string(args.runtime.max_batch_size) + " " +
+                                       std::to_string(args.runtime.max_seq_len),
+                                   "the checkpoint's config.json");
+  }
+  std::unique_ptr<Engine> engine;
+  dsv32::run_collectively(ranks.comm, "loading the model", [&] { engine = make_rank_engine(a, args, batch, ranks); });
+  return engine;
+}
+
+// Rank 0: starts the other ranks (they learn the batch size), then starts its own part with them.
+std::unique_ptr<Engine> make_engine(const Arguments& a, std::int64_t batch, Ranks& ranks) {
+  if (a.replay_ids) return std::make_unique<ReplayEngine>(*a.replay_ids, a.max_seq_len.value_or(kEmbeddedMaxSeqLen));
+  ranks.send_batch(batch);
+  return start_rank_engine(a, batch, ranks);
+}
+
+// Ranks other than 0: wait for rank 0's batch size, load, then compute rank 0's generate() calls.
+// Returns the exit status; errors agreed on with rank 0 are rank 0's to print.
+int follow(const Arguments& a, Ranks& ranks) {
+  const std::int64_t batch = ranks.receive_batch();
+  if (batch < 0) return 1;  // rank 0 failed before starting the model (and says why)
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = start_rank_engine(a, batch, ranks);
+  } catch (const dsv32::Error&) {
+    return 1;
+  }
+  engine->serve();
+  return 0;
 }
 
 // ------------------------------------------------------------------ output
@@ -402,7 +523,7 @@ void print_stats(const dsv32::GenerationResult& r, bool quiet) {
                s.decode_tokens_per_s(), s.ms_per_step());
 }
 
-int run_ids(const Arguments& a) {
+int run_ids(const Arguments& a, Ranks& ranks) {
   std::vector<Tokens> prompts;
   if (a.batch_file) {
     for (const auto& line : read_lines(*a.batch_file)) prompts.push_back(parse_ids(line, "batch file line"));
@@ -414,7 +535,7 @@ int run_ids(const Arguments& a) {
   }
   for (const auto& p : prompts)
     if (p.empty()) throw std::runtime_error("a prompt holds no token ids");
-  auto engine = make_engine(a, static_cast<std::int64_t>(prompts.size()));
+  auto engine = make_engine(a, static_cast<std::int64_t>(prompts.size()), ranks);
   dsv32::GenerateOptions o = a.gen;
   const bool stream = prompts.size() == 1;
   bool first = true;
@@ -578,7 +699,7 @@ class ReplyPrinter {
   char last_ = '\0';  // the last character shown ('\0': none yet)
 };
 
-int run_text(const Arguments& a) {
+int run_text(const Arguments& a, Ranks& ranks) {
   const fs::path dir = tokenizer_dir(a);
   const dsv32::Tokenizer tok = dsv32::Tokenizer::from_directory(dir);
   if (a.thinking && !tok.chat_template().has_thinking_mode())
@@ -595,7 +716,7 @@ int run_text(const Arguments& a) {
                              " token ids but the model's vocab_size is " + std::to_string(vocab) +
                              ": text modes need a model whose vocabulary covers the tokenizer (use --prompt-ids "
                              "with this model)");
-  auto engine = make_engine(a, a.chat ? 1 : static_cast<std::int64_t>(texts.size()));
+  auto engine = make_engine(a, a.chat ? 1 : static_cast<std::int64_t>(texts.size()), ranks);
   dsv32::GenerateOptions o = a.gen;
   if (!a.eos_given) o.eos_id = tok.eos_id();
   // The prompt's ids, and its text when it is rendered by the chat template (not --raw).
@@ -695,18 +816,81 @@ int run_text(const Arguments& a) {
 
 #endif  // DSV32_GENERATE_WITH_TOKENIZER
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  const Arguments args = parse_arguments(argc, argv);
+// Rank 0: the mode. On failure it prints the error and releases the other ranks: those not started
+// yet learn there is nothing to run; a group out of step is ended with `end_group`.
+template <class EndGroup>
+int lead(const Arguments& a, Ranks& ranks, EndGroup&& end_group) {
   try {
 #if defined(DSV32_GENERATE_WITH_TOKENIZER)
-    if (text_mode(args)) return run_text(args);
+    if (text_mode(a)) return run_text(a, ranks);
 #endif
-    return run_ids(args);
+    return run_ids(a, ranks);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     std::cerr << "dsv32-generate: " << e.what() << '\n';
+    if (ranks.comm && !ranks.started) ranks.send_batch(-1);
+    if (ranks.broken) end_group();
     return 1;
   }
+}
+
+// Ranks as threads of this process (--world-size W).
+int run_threads(const Arguments& a) {
+  auto comms = dsv32::ThreadCommunicator<>::group(a.world_size);
+  std::vector<Ranks> ranks(static_cast<std::size_t>(a.world_size));
+  std::vector<std::thread> followers;
+  for (int r = 1; r < a.world_size; ++r)
+    followers.emplace_back([&, r] {
+      Ranks& me = ranks[static_cast<std::size_t>(r)];
+      me.comm = &comms[static_cast<std::size_t>(r)];
+      try {
+        follow(a, me);
+      } catch (const std::exception& e) {
+        if (!comms[0].aborted()) std::cerr << "dsv32-generate: rank " << r << ": " << e.what() << '\n';
+        comms[static_cast<std::size_t>(r)].abort();  // rank 0 and the others must not wait for this one
+      }
+    });
+  ranks[0].comm = &comms[0];
+  const int status = lead(a, ranks[0], [&] { comms[0].abort(); });
+  for (auto& t : followers) t.join();
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#if defined(DSV32_GENERATE_WITH_MPI)
+  // Under mpirun every process is a rank; run alone, the tool does not touch MPI.
+  std::optional<dsv32::MpiSession> mpi;
+  std::optional<dsv32::MpiCommunicator<>> comm;
+  if (dsv32::MpiSession::launched_by_mpi()) {
+    try {
+      mpi.emplace(argc, argv);
+      g_process_rank = mpi->rank();
+      if (mpi->world_size() > 1) comm.emplace();
+    } catch (const std::exception& e) {
+      std::cerr << "dsv32-generate: " << e.what() << '\n';
+      return 1;
+    }
+  }
+#endif
+  const Arguments args = parse_arguments(argc, argv);
+#if defined(DSV32_GENERATE_WITH_MPI)
+  if (comm) {
+    if (args.world_size > 1) usage_error("--world-size runs ranks as threads; under mpirun each process is a rank");
+    if (args.replay_ids) usage_error("--replay-ids replaces the model: it runs on one rank");
+    Ranks ranks{&*comm};
+    if (comm->rank() == 0) return lead(args, ranks, [] { dsv32::MpiSession::abort(1); });
+    try {
+      return follow(args, ranks);
+    } catch (const std::exception& e) {  // this rank alone failed, out of step with the others
+      std::cerr << "dsv32-generate: rank " << comm->rank() << ": " << e.what() << '\n';
+      dsv32::MpiSession::abort(1);
+    }
+  }
+#endif
+  if (args.world_size > 1) return run_threads(args);
+  Ranks alone;
+  return lead(args, alone, [] {});
 }

@@ -5,9 +5,14 @@
 //                                      whichever compiled config its config.json matches
 //   embed [CHECKPOINT_DIR] --tokenizer DIR "text"
 //                                      text in (chat template), streamed text out (needs dsv32::tokenizer)
+//   mpirun -n 2 embed [...]            the same, the model split over 2 processes (needs dsv32::mpi):
+//                                      rank 0 reads the input and prints, every rank computes
 #include <dsv32/dsv32.hpp>
 #if EMBED_WITH_TOKENIZER
 #include <dsv32/tokenizer.hpp>
+#endif
+#if EMBED_WITH_MPI
+#include <dsv32/mpi.hpp>
 #endif
 
 #include <cstdio>
@@ -36,13 +41,20 @@ using Configs = dsv32::ConfigList<MyConfig, dsv32::TinyBf16>;
 struct Request {
   std::optional<std::filesystem::path> checkpoint, tokenizer;
   std::string text;
+  dsv32::CommunicatorBase* comm = nullptr;  // the ranks under mpirun (null: this process alone)
 };
 
 template <class Config>
 void run(const Request& req, const dsv32::RuntimeOptions& options) {
-  dsv32::Transformer<Config> model(options);
-  if (req.checkpoint) dsv32::load_checkpoint(model, *req.checkpoint);
-  else model.init_random(/*seed=*/42);
+  // Each rank holds its part of the model; a rank that fails to load makes every rank throw.
+  dsv32::Transformer<Config> model(options, req.comm ? dsv32::Parallel::from(*req.comm) : dsv32::Parallel{});
+  dsv32::run_collectively(req.comm, "loading", [&] {
+    if (req.checkpoint) dsv32::load_checkpoint(model, *req.checkpoint);
+    else model.init_random(/*seed=*/42);
+  });
+  // Rank 0 reads the input and prints; the other ranks compute rank 0's generate() calls.
+  dsv32::GenerationGroup group(model);
+  if (!group.leader()) return group.serve();
 
   std::vector<std::int32_t> prompt = {1, 17, 42, 99, 256};
   dsv32::GenerateOptions opts;
@@ -70,13 +82,22 @@ void run(const Request& req, const dsv32::RuntimeOptions& options) {
     std::printf(" %d", id);
     return true;
   };
-  const dsv32::GenerationResult r = dsv32::generate(model, {prompt}, opts);
+  const dsv32::GenerationResult r = group.generate({prompt}, opts);
   std::printf("\n%zu prompt tokens, %lld generated, %.1f tokens/s\n", prompt.size(),
               static_cast<long long>(r.stats.generated_tokens), r.stats.decode_tokens_per_s());
 }
 
 int main(int argc, char** argv) {
   Request req;
+#if EMBED_WITH_MPI
+  std::optional<dsv32::MpiSession> mpi;          // under mpirun: MPI_Init ... MPI_Finalize
+  std::optional<dsv32::MpiCommunicator<>> comm;  // one rank per process
+  if (dsv32::MpiSession::launched_by_mpi()) {
+    mpi.emplace(argc, argv);
+    if (mpi->world_size() > 1) req.comm = &comm.emplace();
+  }
+#endif
+  const bool rank0 = req.comm == nullptr || req.comm->rank() == 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--tokenizer" && i + 2 < argc) {
@@ -100,11 +121,12 @@ int main(int argc, char** argv) {
       run<MyConfig>(req, dsv32::RuntimeOptions{.max_batch_size = 1, .max_seq_len = 256});
       return 0;
     }
-    const auto args = dsv32::read_model_config(*req.checkpoint);  // reference or Hugging Face config.json
+    dsv32::ModelArgs args;  // config.json, reference or Hugging Face naming; every rank reads its own
+    dsv32::run_collectively(req.comm, "reading config.json", [&] { args = dsv32::read_model_config(*req.checkpoint); });
     dsv32::dispatch_config<Configs>(args, [&]<class C>() { run<C>(req, args.runtime); });
     return 0;
   } catch (const dsv32::Error& e) {  // bad files, shapes, tokens: one exception type, a clear message
-    std::fprintf(stderr, "embed: %s\n", e.what());
+    if (rank0) std::fprintf(stderr, "embed: %s\n", e.what());  // every rank has it: rank 0 says it
     return 1;
   }
 }

@@ -28,4 +28,5 @@
 #include "dsv32/io/checkpoint.hpp"
 #include "dsv32/generate/sampling.hpp"
 #include "dsv32/generate/generate.hpp"
+#include "dsv32/generate/group.hpp"
 #include "dsv32/generate/token_ids.hpp"

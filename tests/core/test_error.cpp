@@ -37,6 +37,8 @@ struct CountingComm : dsv32::Communicator<dsv32::Cpu> {
   void all_reduce_sum(Ctx&, dsv32::VectorView<dsv32::bf16>) override {}
   void all_gather(Ctx&, dsv32::VectorView<const float>, dsv32::VectorView<float>) override {}
   void broadcast(Ctx&, dsv32::VectorView<std::byte>, int) override {}
+  void broadcast_host(std::span<std::byte>, int) override {}
+  std::int64_t all_reduce_min_host(std::int64_t v) override { return v; }
 };
 
 

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <span>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -161,3 +163,47 @@ TEST_CASE("thread communicator on a backend the host cannot read: staged through
 }
 
 }  // namespace
+
+TEST_CASE("control plane: broadcast_host, all_reduce_min_host, run_collectively and check_same_on_all_ranks") {
+  auto comms = ThreadCommunicator::group(3);
+  std::vector<std::string> messages(3);
+  std::vector<dsv32::ErrorKind> kinds(3);
+  std::vector<std::int64_t> minima(3);
+  std::vector<std::vector<int>> received(3);
+  const auto errors = run_ranks(comms, [&](int r) {
+    std::vector<int> data = {r, r, r};
+    comms[r].broadcast_host(std::as_writable_bytes(std::span(data)), 2);
+    received[r] = data;
+    minima[r] = comms[r].all_reduce_min_host(10 - r);
+    // Rank 1 fails with a dsv32::Error, rank 2 with another exception: every rank throws rank 1's.
+    try {
+      dsv32::run_collectively(&comms[r], "loading", [&] {
+        if (r == 1) dsv32::fail(dsv32::ErrorKind::io, "no shard here");
+        if (r == 2) throw std::runtime_error("something else");
+      });
+    } catch (const dsv32::Error& e) {
+      messages[r] = e.what();
+      kinds[r] = e.kind();
+    }
+    dsv32::run_collectively(&comms[r], "nothing", [] {});  // all succeed: nobody throws
+    dsv32::check_same_on_all_ranks(&comms[r], "same", "a value");
+    dsv32::check_same_on_all_ranks(&comms[r], r == 2 ? "other" : "same", "the config");
+  });
+  for (int r = 0; r < 3; ++r) {
+    CAPTURE(r);
+    CHECK(received[r] == std::vector<int>{2, 2, 2});
+    CHECK(minima[r] == 8);
+    CHECK(kinds[r] == dsv32::ErrorKind::io);
+    CHECK(messages[r] == "dsv32 [io]: rank 1 of 3 failed loading (rank 2 failed too): no shard here");
+    REQUIRE(errors[r]);
+    try {
+      std::rethrow_exception(errors[r]);
+    } catch (const dsv32::Error& e) {
+      CHECK(e.kind() == dsv32::ErrorKind::invalid_config);
+      CHECK(std::string(e.what()) ==
+            "dsv32 [invalid_config]: rank 2 of 3 disagrees with rank 0 on the config (every rank must run the same model)");
+    }
+  }
+  // One rank: the step runs and its error passes unchanged.
+  CHECK_THROWS_WITH(dsv32::run_collectively(nullptr, "x", [] { throw std::runtime_error("plain"); }), "plain");
+}

@@ -3,7 +3,7 @@
 # tokenizer component) text and chat modes. Included by tests/CMakeLists.txt.
 
 
-set(_dsv32_generate_cases default_run golden_prompt_ids golden_batch_stdin bad_arguments bad_files)
+set(_dsv32_generate_cases default_run golden_prompt_ids golden_batch_stdin bad_arguments bad_files world_size)
 if(TARGET dsv32_tokenizer)
   list(APPEND _dsv32_generate_cases chat_session chat_replay thinking_arguments text_prompt text_needs_vocabulary)
 endif()

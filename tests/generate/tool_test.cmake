@@ -176,6 +176,20 @@ elseif(CASE STREQUAL "bad_arguments")
   run(RC 1 ARGS --checkpoint "${golden}/tiny_bf16" --prompt-ids "1 2 3" --max-seq-len 2
       STDERR "prompt 0 has 3 tokens, more than the model's max_seq_len = 2")
 
+elseif(CASE STREQUAL "world_size")
+  # --world-size 2: the ranks as threads of this process; rank 0 prints, a failure on the ranks is
+  # one message (the MPI variant: tests/parallel/generate_mpi_test.cmake).
+  run(RC 0 ARGS --world-size 2 --prompt-ids "1 17 42 99" --max-new-tokens 8 --temperature 0
+      STDOUT "^[0-9]+( [0-9]+)+\n$" STDERR "model parallel: 2 ranks" "${timing}")
+  file(WRITE "${WORK_DIR}/batch.txt" "1 17 42\n5 6 7 8 9\n")
+  run(RC 0 ARGS --world-size 2 --batch-file "${WORK_DIR}/batch.txt" --max-new-tokens 4 --temperature 0.7 --quiet
+      STDOUT "^[0-9]+( [0-9]+)*\n[0-9]+( [0-9]+)*\n$")
+  run(RC 1 ARGS --world-size 2 --checkpoint "${golden}/tiny_bf16" --prompt-ids "1 2"
+      STDERR "rank 0 of 2 failed loading the model \\(rank 1 failed too\\): n_heads \\(3\\) must be divisible by the world size \\(2\\)")
+  run(RC 1 ARGS --world-size 2 --prompt-ids "1 x" STDERR "'x' \\(id 2\\) is not a token id")
+  run(RC 2 ARGS --world-size 0 STDERR "--world-size expects an integer in \\[1, 1024\\]")
+  run(RC 2 ARGS --world-size 2 --replay-ids "${WORK_DIR}/batch.txt" STDERR "--replay-ids replaces the model")
+
 elseif(CASE STREQUAL "bad_files")
   run(RC 1 ARGS --checkpoint "${WORK_DIR}/missing" STDERR "checkpoint directory .*missing does not exist")
   run(RC 1 ARGS --checkpoint "${WORK_DIR}" STDERR "has no config.json")

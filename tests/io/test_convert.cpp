@@ -22,87 +22,21 @@
 #include <vector>
 
 #include "io/hf_test_support.hpp"
+#include "io/mp_test_support.hpp"
+#include "support/test_support.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
 using dsv32::DType;
 using dsv32::ErrorKind;
+using dsv32_test::Call;
+using dsv32_test::MpTestBf16Config;
+using dsv32_test::MpTestConfig;
+using dsv32_test::relative_error;
+using dsv32_test::runtime_options;
 using dsv32_test::TempDir;
-
-// A config whose every split keeps whole 128-blocks at world size 2 (the golden configs cannot be split:
-// TinyBf16 has 3 heads, the FP8 ones single-block scale rows): per rank 2 heads, wq_b and wkv_b 256
-// rows, wo and w2 128 input columns, dense inter 128, shared-expert inter 128, 4 experts, vocab 256.
-struct MpTestConfig : dsv32::ConfigDefaults {
-  static constexpr std::string_view name = "mp_test_fp8";
-  static constexpr std::int64_t vocab_size = 512;
-  static constexpr std::int64_t dim = 256;
-  static constexpr std::int64_t inter_dim = 256;
-  static constexpr std::int64_t moe_inter_dim = 128;
-  static constexpr std::int64_t n_layers = 2;
-  static constexpr std::int64_t n_dense_layers = 1;
-  static constexpr std::int64_t n_heads = 4;
-  static constexpr std::int64_t n_routed_experts = 8;
-  static constexpr std::int64_t n_shared_experts = 2;
-  static constexpr std::int64_t n_activated_experts = 2;
-  static constexpr std::int64_t n_expert_groups = 4;
-  static constexpr std::int64_t n_limited_groups = 2;
-  static constexpr dsv32::ScoreFunc score_func = dsv32::ScoreFunc::sigmoid;
-  static constexpr double route_scale = 2.5;
-  static constexpr std::int64_t q_lora_rank = 128;
-  static constexpr std::int64_t kv_lora_rank = 128;
-  static constexpr std::int64_t qk_nope_head_dim = 64;
-  static constexpr std::int64_t qk_rope_head_dim = 64;
-  static constexpr std::int64_t v_head_dim = 64;
-  static constexpr std::int64_t index_n_heads = 4;
-  static constexpr std::int64_t index_head_dim = 128;
-  static constexpr std::int64_t index_topk = 8;
-  static constexpr dsv32::WeightDType dtype = dsv32::WeightDType::fp8;
-  static constexpr dsv32::ScaleFmt scale_fmt = dsv32::ScaleFmt::ue8m0;
-  static constexpr std::optional<bool> gate_bias = true;
-};
-
-// The same shapes with bf16 weights and no discrete choice left to rounding, for the numerical
-// comparison: every token uses all 8 experts (weighted by the gate) and the indexer keeps every
-// position (index_topk = max_seq_len), so a last-bit difference cannot flip an expert or a position
-// and the comparison measures rounding alone (see the test below).
-struct MpTestBf16Config : MpTestConfig {
-  static constexpr std::string_view name = "mp_test_bf16";
-  static constexpr std::int64_t n_activated_experts = 8;
-  static constexpr std::int64_t n_limited_groups = 4;
-  static constexpr std::int64_t index_topk = 32;
-  static constexpr dsv32::WeightDType dtype = dsv32::WeightDType::bf16;
-  static constexpr dsv32::ScaleFmt scale_fmt = dsv32::ScaleFmt::none;
-};
-
-dsv32::RuntimeOptions runtime_options() {
-  dsv32::RuntimeOptions o;
-  o.max_batch_size = 2;
-  o.max_seq_len = 32;
-  return o;
-}
-
-// A random model of `Config` as a 3-shard Hugging Face checkpoint, with an MTP layer and tokenizer files.
-template <class Config>
-void write_random_hf_checkpoint(const fs::path& dir) {
-  dsv32::Transformer<Config> m(runtime_options());
-  m.init_random(2024);
-  auto tensors = dsv32_test::hf_tensors_from_model(m);
-  tensors.push_back(dsv32_test::mtp_tensor(2, "eh_proj.weight", {256, 512}));
-  tensors.push_back(dsv32_test::mtp_tensor(2, "mlp.experts.3.gate_proj.weight", {128, 256}));
-  dsv32::ModelArgs args = dsv32::ModelArgs::of<Config>();
-  args.runtime = runtime_options();
-  dsv32_test::write_hf_checkpoint(dir, std::move(tensors), dsv32::to_hf_config(args, 1), 3);
-  dsv32_test::write_text(dir / "tokenizer.json", "{\"model\": {}}\n");
-  dsv32_test::write_text(dir / "tokenizer_config.json", "{}\n");
-  dsv32_test::write_text(dir / "README.md", "not copied\n");
-}
-
-// One forward call of two sequences.
-struct Call {
-  std::vector<std::int32_t> tokens;
-  std::int64_t start = 0;
-};
+using dsv32_test::write_random_hf_checkpoint;
 
 // Keeps the first layer's attention output of the prefill.
 struct FirstAttention : dsv32::ForwardObserver {
@@ -126,8 +60,7 @@ template <class Config, class Backend = dsv32::Cpu>
 Run run_one_rank(const fs::path& hf, int decode_steps, std::vector<Call>& calls) {
   dsv32::Transformer<Config, Backend> m(runtime_options());
   dsv32::load_checkpoint(m, hf);
-  calls = {{{}, 0}};
-  for (int i = 0; i < 2 * 12; ++i) calls[0].tokens.push_back((i * 37 + 11) % 512);
+  calls = dsv32_test::prefill_calls();
   Run run;
   FirstAttention attn;
   run.logits.push_back(m.forward(calls[0].tokens, 2, 0, {false, &attn}));
@@ -140,54 +73,40 @@ Run run_one_rank(const fs::path& hf, int decode_steps, std::vector<Call>& calls)
   return run;
 }
 
-// Two ranks in two threads, each loading its own shard of `converted` and making `calls`.
+// Two ranks in two threads, each loading its own part of `checkpoint` (converted shards, or a Hugging
+// Face directory sliced at load time) and making `calls`.
 template <class Config, class Backend = dsv32::Cpu>
-std::vector<Run> run_two_ranks(const fs::path& converted, const std::vector<Call>& calls) {
-  auto comms = dsv32::ThreadCommunicator<Backend>::group(2);
+std::vector<Run> run_two_ranks(const fs::path& checkpoint, const std::vector<Call>& calls) {
+  const bool sliced = dsv32::detect_checkpoint_layout(checkpoint, 0, 2) == dsv32::CheckpointLayout::hugging_face;
   std::vector<Run> runs(2);
-  std::vector<std::exception_ptr> errors(2);
-  std::vector<std::size_t> experts(2), fp8_borrowed(2), fp8(2);
-  std::vector<std::thread> ranks;
-  for (std::size_t r = 0; r < 2; ++r)
-    ranks.emplace_back([&, r] {
-      try {
-        dsv32::Transformer<Config, Backend> m(runtime_options(), dsv32::Parallel::from(comms[r]));
-        dsv32::load_checkpoint(m, converted);
-        m.visit([&](const std::string& name, dsv32::Parameter<Backend>& p) {
-          if (name.find(".experts.") != std::string::npos && name.ends_with("w1.weight")) ++experts[r];
-          if (p.dtype() == DType::F8_E4M3) fp8[r] += 1, fp8_borrowed[r] += p.borrowed();
-        });
-        FirstAttention attn;
-        for (std::size_t i = 0; i < calls.size(); ++i)
-          runs[r].logits.push_back(m.forward(calls[i].tokens, 2, calls[i].start, {false, i == 0 ? &attn : nullptr}));
-        runs[r].first_attention = attn.values;
-      } catch (...) {
-        errors[r] = std::current_exception();
-        comms[r].abort();  // the other rank must not wait for this one forever
-      }
+  std::vector<std::size_t> experts(2), fp8_borrowed(2), fp8(2), fp8_column_slices(2);
+  dsv32_test::on_thread_ranks<Backend>(2, [&](int r, dsv32::ThreadCommunicator<Backend>& comm) {
+    dsv32::Transformer<Config, Backend> m(runtime_options(), dsv32::Parallel::from(comm));
+    dsv32::run_collectively(&comm, "loading", [&] { dsv32::load_checkpoint(m, checkpoint); });
+    m.visit([&](const std::string& name, dsv32::Parameter<Backend>& p) {
+      if (name.find(".experts.") != std::string::npos && name.ends_with("w1.weight")) ++experts[r];
+      if (p.dtype() != DType::F8_E4M3) return;
+      fp8[r] += 1, fp8_borrowed[r] += p.borrowed();
+      const bool column_split = name.ends_with("attn.wo.weight") ||
+                                (name.ends_with(".w2.weight") && name.find(".experts.") == std::string::npos);
+      fp8_column_slices[r] += column_split;
     });
-  for (auto& t : ranks) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
+    FirstAttention attn;
+    for (std::size_t i = 0; i < calls.size(); ++i)
+      runs[r].logits.push_back(m.forward(calls[i].tokens, 2, calls[i].start, {false, i == 0 ? &attn : nullptr}));
+    runs[r].first_attention = attn.values;
+  });
   CHECK(experts == std::vector<std::size_t>{4, 4});  // each rank holds its half of the routed experts
-  if constexpr (dsv32::Memory<Backend>::host_visible)
-    CHECK(fp8_borrowed == fp8);  // FP8 weights straight from the shard's mapping
-  else
+  if constexpr (dsv32::Memory<Backend>::host_visible) {
+    // FP8 weights straight from the mapping, but for the column slices of a Hugging Face tensor
+    // (wo, w2), which are not contiguous there and are gathered into the model's memory.
+    for (std::size_t r = 0; r < 2; ++r) CHECK(fp8_borrowed[r] == fp8[r] - (sliced ? fp8_column_slices[r] : 0));
+  } else {
     CHECK(fp8_borrowed == std::vector<std::size_t>{0, 0});  // copied into backend memory
+  }
   CHECK(runs[0].first_attention == runs[1].first_attention);
   for (std::size_t i = 0; i < calls.size(); ++i) CHECK(runs[0].logits[i].values == runs[1].logits[i].values);
   return runs;
-}
-
-// max |a - b| / max |b|
-double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double err = 0, scale = 0;
-  for (std::size_t i = 0; i < b.size(); ++i) {
-    err = std::max(err, std::fabs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
-  }
-  return err / scale;
 }
 
 // The split dimension convert.py gives a dsv32 tensor, written out independently of the library's table:
@@ -241,6 +160,12 @@ TEST_CASE("convert: bf16 mp=2 shards on two ThreadCommunicator ranks match the m
   }
   MESSAGE("bf16, mp=2 vs mp=1 over " << calls.size() << " calls: max |logit difference| / max |logit| = " << worst);
 
+  // The Hugging Face directory itself, sliced by each rank at load time: the converted shards' model,
+  // every logit bit for bit.
+  const std::vector<Run> sliced = run_two_ranks<MpTestBf16Config>(hf, calls);
+  for (std::size_t i = 0; i < calls.size(); ++i) CHECK(sliced[0].logits[i].values == two[0].logits[i].values);
+  CHECK(sliced[0].first_attention == two[0].first_attention);
+
   // The same on a backend the host cannot read (collectives staged through host copies, weights
   // uploaded into backend memory): every logit bit for bit, at one rank and at two.
   std::vector<Call> hidden_calls;
@@ -271,6 +196,12 @@ TEST_CASE("convert: FP8 mp=2 shards with split block scales load on two ranks an
   // sits near a rounding boundary, and the indexer's top-k and the expert choice then may differ —
   // as they would between the reference run on 1 and on 2 GPUs. Measured: 4.5e-3 for the first
   // attention (as in bf16), 4.8e-2 for the prefill logits; the logits bound only catches gross errors.
+  // Sliced from the Hugging Face directory at load time (FP8 block scales sliced with their weights,
+  // column slices gathered): the converted shards' model bit for bit.
+  const std::vector<Run> sliced = run_two_ranks<MpTestConfig>(hf, calls);
+  CHECK(sliced[0].logits[0].values == two[0].logits[0].values);
+  CHECK(sliced[0].first_attention == two[0].first_attention);
+
   const double attention = relative_error(two[0].first_attention, one.first_attention);
   const double logits = relative_error(two[0].logits[0].values, one.logits[0].values);
   CHECK(attention < 1e-2);
@@ -342,8 +273,7 @@ TEST_CASE("convert: shard contents follow convert.py (split dims, expert partiti
   CHECK(dsv32::ModelArgs::from_json(config).mismatches<MpTestConfig>().empty());
   CHECK(dsv32::detect_checkpoint_layout(out, 1, 2) == dsv32::CheckpointLayout::converted);
 
-  // A one-rank model finds only the other world size's shards; a two-rank model cannot read the
-  // Hugging Face directory directly.
+  // A one-rank model finds only the other world size's shards.
   dsv32::Transformer<MpTestConfig> one(runtime_options());
   try {
     dsv32::load_checkpoint(one, out);
@@ -352,15 +282,40 @@ TEST_CASE("convert: shard contents follow convert.py (split dims, expert partiti
     CHECK(e.kind() == ErrorKind::io);
     CHECK(std::string(e.what()).find("it has model0-mp2.safetensors, model1-mp2.safetensors") != std::string::npos);
   }
-  auto comms = dsv32::ThreadCommunicator<>::group(2);
-  dsv32::Transformer<MpTestConfig> rank0(runtime_options(), dsv32::Parallel::from(comms[0]));
-  try {
-    dsv32::load_checkpoint(rank0, hf);
-    FAIL("expected an error");
-  } catch (const dsv32::Error& e) {
-    CHECK(e.kind() == ErrorKind::unsupported);
-    CHECK(std::string(e.what()).find("--model-parallel 2") != std::string::npos);
+}
+
+TEST_CASE("HfShardSource: each rank's slices of a Hugging Face checkpoint are the converted shard's tensors") {
+  TempDir tmp("hf_shard_source");
+  const fs::path hf = tmp / "hf", out = tmp / "mp2";
+  write_random_hf_checkpoint<MpTestConfig>(hf);
+  dsv32::convert_hf_checkpoint(hf, out, 2);
+  const dsv32::HfCheckpointSource source(hf);
+  for (int r = 0; r < 2; ++r) {
+    CAPTURE(r);
+    const dsv32::HfShardSource slices(source, 2, r);
+    const dsv32::SafetensorsSource shard(out / dsv32::shard_file_name(r, 2));
+    CHECK(slices.names() == shard.names());  // the same tensors: this rank's experts only
+    CHECK(slices.describe().starts_with("rank " + std::to_string(r) + " of 2 of Hugging Face checkpoint directory"));
+    std::size_t column_slices = 0;
+    for (const std::string& name : shard.names()) {
+      CAPTURE(name);
+      const dsv32::TensorInfo& want = *shard.find(name);
+      const dsv32::TensorInfo& got = *slices.find(name);
+      CHECK(got.dtype == want.dtype);
+      CHECK(got.shape == want.shape);
+      const dsv32::TensorBytes b = slices.bytes_of(got);
+      REQUIRE(b.bytes() == want.bytes());
+      std::vector<std::byte> bytes;
+      for (std::uint64_t run = 0; run < b.runs; ++run)
+        bytes.insert(bytes.end(), b.data + run * b.stride, b.data + run * b.stride + b.run_bytes);
+      CHECK(std::memcmp(bytes.data(), want.data, bytes.size()) == 0);
+      column_slices += !b.contiguous();
+    }
+    CHECK(column_slices == 8);  // both layers' wo, the dense w2 and the shared w2, each with its block scales
   }
+  // A world size that does not divide is refused with the plan's message.
+  dsv32::test::check_error([&] { dsv32::HfShardSource(source, 3, 0); }, ErrorKind::invalid_argument,
+                           {"cannot split", "over 3 ranks", "vocab_size (512) is not divisible by the world size 3"});
 }
 
 TEST_CASE("convert: world sizes that do not divide are refused before anything is written") {

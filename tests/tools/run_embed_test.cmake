@@ -3,7 +3,8 @@
 # Runs the example with its own config (random weights) and with a golden checkpoint.
 # Variables: SOURCE_DIR, WORK_DIR, GENERATOR, BUILD_TYPE; PART: "core" (install, build, run) or
 # "tokenizer" (run the built example with text in and out: a second ctest, after the first);
-# EXPECT_TOKENIZER: whether the tested build has the tokenizer component (1 or 0).
+# EXPECT_TOKENIZER: whether the tested build has the tokenizer component (1 or 0); MPIEXEC: mpirun,
+# where the tested build has the MPI component (the example then also runs under mpirun -n 2).
 if(NOT PART)
   set(PART core)
 endif()
@@ -65,6 +66,16 @@ expect("${out}" "^my-small-moe:${eight_tokens}\n5 prompt tokens, 8 generated, [0
 run("${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_bf16")
 message(STATUS "embed tiny_bf16: ${out}")
 expect("${out}" "^tiny_bf16:${eight_tokens}\n5 prompt tokens, 8 generated")
+
+# Under mpirun -n 2 (when the package has the MPI component): rank 0 prints once, both ranks compute.
+file(GLOB_RECURSE mpi_targets "${prefix}/*/dsv32MpiTargets.cmake")
+if(mpi_targets AND MPIEXEC)
+  run("${MPIEXEC}" -n 2 --oversubscribe "${WORK_DIR}/embed/embed")
+  message(STATUS "mpirun -n 2 embed: ${out}")
+  expect("${out}" "^my-small-moe:${eight_tokens}\n5 prompt tokens, 8 generated, [0-9.]+ tokens/s\n$")
+elseif(MPIEXEC)
+  message(FATAL_ERROR "this build has the MPI component but the installed package lacks dsv32MpiTargets.cmake")
+endif()
 
 # A checkpoint no compiled config matches is refused with dsv32::Error's message, exit status 1.
 execute_process(COMMAND "${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_fp8_plain_scale"

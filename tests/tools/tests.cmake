@@ -45,8 +45,12 @@ foreach(part core tokenizer)
                    -DGENERATOR=${CMAKE_GENERATOR}
                    -DBUILD_TYPE=${CMAKE_BUILD_TYPE}
                    -DPART=${part} -DEXPECT_TOKENIZER=${_dsv32_has_tokenizer}
+                   "-DMPIEXEC=$<$<TARGET_EXISTS:dsv32_mpi>:${MPIEXEC_EXECUTABLE}>"
                    -P "${CMAKE_CURRENT_LIST_DIR}/run_embed_test.cmake")
 endforeach()
+# (mpirun as root and on 2 cores needs Open MPI's permission)
+set_tests_properties(dsv32_embed_example PROPERTIES ENVIRONMENT
+                     "OMP_NUM_THREADS=1;OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 set_tests_properties(dsv32_embed_example PROPERTIES FIXTURES_SETUP dsv32_embed)
 set_tests_properties(dsv32_embed_example_tokenizer PROPERTIES FIXTURES_REQUIRED dsv32_embed
                      SKIP_REGULAR_EXPRESSION "dsv32_embed_example_tokenizer: SKIPPED:")

@@ -360,6 +360,24 @@ constexpr void for_each_tensor(const ModelArgs& a, F&& f, TableMode mode = Table
            Reduce::gather);
 }
 
+/// \brief Checks that a model split over `world` ranks leaves every rank whole 128x128 blocks of each
+///        FP8 weight it splits: a block scale shared by two ranks would be wrong on one of them, and
+///        the kernels quantize activations in whole 128-blocks. (The table itself only requires the
+///        split sizes to divide, so that shapes and memory can be reported for any world size.)
+/// \throws Error(invalid_argument) naming the first tensor that breaks it, as for_each_tensor() for a
+///         world size that does not divide.
+constexpr void check_fp8_split(const ModelArgs& a, int world) {
+  if (world == 1 || a.dtype != WeightDType::fp8) return;
+  for_each_tensor(a, [&](const TensorSpec& t) {
+    if (t.dtype != DType::F8_E4M3 || t.sharding.kind != ShardKind::split) return;
+    const std::int64_t local = t.local[t.sharding.dim];
+    if (local % kBlockSize != 0)
+      fail(ErrorKind::invalid_argument, t.name(), ": each of the ", world, " ranks would hold ", local,
+           t.sharding.dim == 0 ? " rows" : " input columns", " of this FP8 weight, not a whole number of ", kBlockSize,
+           "-blocks (choose a world size that leaves every rank whole FP8 blocks)");
+  }, TableMode::patterns, world, 0);
+}
+
 /// \brief Parameter counts, matching how the released model is counted: every weight, bias and norm of
 ///        the main model with its indexer; no FP8 scales, no multi-token-prediction layer. Read off
 ///        the tensor table.

@@ -51,13 +51,17 @@ class Error : public std::runtime_error {
   /// \brief An error of category `kind`; `message` should say what was expected, what was found and
   ///        which tensor, field or file.
   Error(ErrorKind kind, const std::string& message)
-      : std::runtime_error("dsv32 [" + std::string(to_string(kind)) + "]: " + message), kind_(kind) {}
+      : std::runtime_error("dsv32 [" + std::string(to_string(kind)) + "]: " + message), kind_(kind),
+        message_(message) {}
 
   /// \brief The category of the failure.
   ErrorKind kind() const noexcept { return kind_; }
+  /// \brief The message without the `dsv32 [kind]: ` prefix.
+  const std::string& message() const noexcept { return message_; }
 
  private:
   ErrorKind kind_;
+  std::string message_;
 };
 
 namespace detail {

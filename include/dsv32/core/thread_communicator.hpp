@@ -33,9 +33,11 @@
 #include <cstring>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/host_staging.hpp"
 #include "dsv32/core/parallel.hpp"
 
 namespace dsv32 {
@@ -52,7 +54,6 @@ namespace dsv32 {
 template <class Backend = Cpu>
 class ThreadCommunicator : public Communicator<Backend> {
   using space = space_of<Backend>;
-  static constexpr bool kHostVisible = Memory<Backend>::host_visible;
 
  public:
   /// \brief The `world` handles of a new group, handle r being rank r.
@@ -77,20 +78,20 @@ class ThreadCommunicator : public Communicator<Backend> {
   /// \throws Error(invalid_argument) on every rank if the ranks pass different sizes;
   ///         Error(state) if the group was aborted.
   void all_reduce_sum(ExecutionContext<Backend>& ctx, VectorView<float, space> data) override {
-    float* host = stage_down(ctx, data.data, data.size);
+    float* host = staging_.down(ctx, data.data, data.size);
     reduce_host(host, static_cast<std::size_t>(data.size));
-    stage_up(ctx, data.data, host, data.size);
+    staging_.up(ctx, data.data, host, data.size);
   }
   /// \brief The bf16 sum: every rank's values widened to f32, summed as the f32 overload does, then
   ///        rounded to bf16 once.
   void all_reduce_sum(ExecutionContext<Backend>& ctx, VectorView<bf16, space> data) override {
     const std::size_t n = static_cast<std::size_t>(data.size);
     wide_.resize(n);
-    bf16* narrow = stage_down(ctx, data.data, data.size);
+    bf16* narrow = staging_.down(ctx, data.data, data.size);
     for (std::size_t i = 0; i < n; ++i) wide_[i] = static_cast<float>(narrow[i]);
     reduce_host(wide_.data(), n);
     for (std::size_t i = 0; i < n; ++i) narrow[i] = bf16(wide_[i]);
-    stage_up(ctx, data.data, narrow, data.size);
+    staging_.up(ctx, data.data, narrow, data.size);
   }
   /// \brief Concatenates every rank's `local` in rank order into this rank's `out`.
   /// \throws Error(invalid_argument) on every rank if the ranks pass different sizes or `out` is not
@@ -100,8 +101,8 @@ class ThreadCommunicator : public Communicator<Backend> {
     const std::size_t n = static_cast<std::size_t>(local.size);
     DSV32_CHECK(out.size == local.size * state_->world, invalid_argument, "ThreadCommunicator: all_gather of ",
                 local.size, " elements per rank needs an output of ", local.size * state_->world, ", got ", out.size);
-    const float* mine = stage_down(ctx, const_cast<float*>(local.data), local.size);
-    float* dst = host_out(out.data, out.size);
+    const float* mine = staging_.down(ctx, const_cast<float*>(local.data), local.size);
+    float* dst = staging_.out(out.data, out.size);
     State& s = *state_;
     publish(const_cast<float*>(mine), n, "all_gather");
     for (int r = 0; r < s.world; ++r) {
@@ -109,7 +110,7 @@ class ThreadCommunicator : public Communicator<Backend> {
       std::copy(src, src + n, dst + static_cast<std::size_t>(r) * n);
     }
     s.wait("all_gather");  // nobody reads `local` any more: the caller may reuse it
-    stage_up(ctx, out.data, dst, out.size);
+    staging_.up(ctx, out.data, dst, out.size);
   }
   /// \brief Copies rank `root`'s `data` into every rank's `data`.
   /// \throws Error(invalid_argument) for a root outside the group or different sizes; Error(state) if
@@ -117,15 +118,27 @@ class ThreadCommunicator : public Communicator<Backend> {
   void broadcast(ExecutionContext<Backend>& ctx, VectorView<std::byte, space> data, int root) override {
     DSV32_CHECK(root >= 0 && root < state_->world, invalid_argument, "ThreadCommunicator: broadcast root ", root,
                 " outside [0, ", state_->world, ")");
-    std::byte* host = stage_down(ctx, data.data, data.size);
+    std::byte* host = staging_.down(ctx, data.data, data.size);
+    broadcast_bytes(host, static_cast<std::size_t>(data.size), root, "broadcast");
+    staging_.up(ctx, data.data, host, data.size);
+  }
+
+  /// \brief Copies rank `root`'s host bytes into every rank's `data`.
+  /// \throws as broadcast().
+  void broadcast_host(std::span<std::byte> data, int root) override {
+    DSV32_CHECK(root >= 0 && root < state_->world, invalid_argument, "ThreadCommunicator: broadcast_host root ", root,
+                " outside [0, ", state_->world, ")");
+    broadcast_bytes(data.data(), data.size(), root, "broadcast_host");
+  }
+  /// \brief The minimum of every rank's `value`, on every rank.
+  /// \throws Error(state) if the group was aborted.
+  std::int64_t all_reduce_min_host(std::int64_t value) override {
     State& s = *state_;
-    publish(host, static_cast<std::size_t>(data.size), "broadcast");
-    if (rank_ != root) {
-      const auto* src = static_cast<const std::byte*>(s.buffers[static_cast<std::size_t>(root)]);
-      std::copy(src, src + data.size, host);
-    }
-    s.wait("broadcast");  // the root's buffer is no longer read
-    stage_up(ctx, data.data, host, data.size);
+    publish(&value, 1, "all_reduce_min_host");
+    std::int64_t m = value;
+    for (int r = 0; r < s.world; ++r) m = std::min(m, *static_cast<const std::int64_t*>(s.buffers[static_cast<std::size_t>(r)]));
+    s.wait("all_reduce_min_host");  // nobody reads `value` any more
+    return m;
   }
 
   /// \brief Makes every pending and future collective of the group throw Error(state), so that the
@@ -188,6 +201,17 @@ class ThreadCommunicator : public Communicator<Backend> {
                   rank_, " passed ", n, " elements but rank ", r, " passed ", s.sizes[static_cast<std::size_t>(r)]);
   }
 
+  // Copies the root's host buffer into every rank's.
+  void broadcast_bytes(std::byte* host, std::size_t n, int root, const char* op) {
+    State& s = *state_;
+    publish(host, n, op);
+    if (rank_ != root) {
+      const auto* src = static_cast<const std::byte*>(s.buffers[static_cast<std::size_t>(root)]);
+      std::copy(src, src + n, host);
+    }
+    s.wait(op);  // the root's buffer is no longer read
+  }
+
   // The f32 sum over the ranks' host buffers, in rank order, chunk by chunk.
   void reduce_host(float* data, std::size_t n) {
     State& s = *state_;
@@ -205,44 +229,10 @@ class ThreadCommunicator : public Communicator<Backend> {
     s.wait("all_reduce_sum");  // every chunk is written everywhere
   }
 
-  // A host copy of backend memory (the memory itself on a host-visible backend).
-  template <class T>
-  T* stage_down(ExecutionContext<Backend>& ctx, T* data, std::int64_t n) {
-    if constexpr (kHostVisible) {
-      (void)ctx, (void)n;
-      return data;
-    } else {
-      staging_.resize(static_cast<std::size_t>(n) * sizeof(T));
-      Memory<Backend>::copy_to_host_async(ctx, staging_.data(), data, staging_.size());
-      Memory<Backend>::synchronize(ctx);
-      return reinterpret_cast<T*>(staging_.data());
-    }
-  }
-  // Host memory for an output (the output itself on a host-visible backend).
-  float* host_out(float* data, std::int64_t n) {
-    if constexpr (kHostVisible) {
-      (void)n;
-      return data;
-    } else {
-      gathered_.resize(static_cast<std::size_t>(n));
-      return gathered_.data();
-    }
-  }
-  // Writes a host result back to backend memory (nothing to do on a host-visible backend).
-  template <class T>
-  void stage_up(ExecutionContext<Backend>& ctx, T* data, const T* host, std::int64_t n) {
-    if constexpr (!kHostVisible) {
-      Memory<Backend>::copy_from_host_async(ctx, data, host, static_cast<std::size_t>(n) * sizeof(T));
-      Memory<Backend>::synchronize(ctx);
-    } else {
-      (void)ctx, (void)data, (void)host, (void)n;
-    }
-  }
-
   std::shared_ptr<State> state_;
   int rank_ = 0;
-  std::vector<std::byte> staging_;  // host copies of backend buffers (non-host-visible backends)
-  std::vector<float> gathered_, wide_;
+  detail::HostStaging<Backend> staging_;  // host copies of backend buffers (non-host-visible backends)
+  std::vector<float> wide_;
 };
 
 /// @}

@@ -16,6 +16,7 @@
 
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/io/convert.hpp"
 #include "dsv32/io/hf_checkpoint.hpp"
 #include "dsv32/io/safetensors.hpp"
 #include "dsv32/io/tensor_source.hpp"
@@ -94,15 +95,21 @@ void check_config_file(const std::filesystem::path& path) {
 ///    compiled config.
 ///  - Hugging Face directory: config.json (required, Hugging Face naming; must agree with the
 ///    compiled config) and the shards of model.safetensors.index.json, names mapped to dsv32's,
-///    multi-token-prediction layers skipped (HfCheckpointSource). Only for a model of world size 1:
-///    split it first with convert_hf_checkpoint() / `dsv32-convert --model-parallel N`.
+///    multi-token-prediction layers skipped (HfCheckpointSource). At world size W > 1 each rank
+///    takes its part as the reference's convert.py would split it (HfShardSource): no conversion
+///    first, and a rank touches only its own slices of the mapped shards.
 ///
+/// At world size W > 1 every rank calls this for itself; wrap it (with whatever else may fail on
+/// one rank only) in run_collectively(), so that a rank that fails makes every rank throw instead
+/// of leaving them waiting in their first collective.
 /// Every case checks that the tensors are exactly the model's (load_weights()) and borrows weight
 /// bytes from the memory-mapped files when it can (LoadOptions::borrow).
 /// \tparam Model a Transformer
-/// \throws Error(io) for a missing path or file; Error(invalid_config) for a disagreeing config (all
-///         fields listed); Error(invalid_file) for wrong, missing or extra tensors (listed);
-///         Error(unsupported) for a Hugging Face directory and a world size above 1.
+/// \throws Error(io) for a missing path or file (for a converted directory without this world
+///         size's shards, the message names the shards it has); Error(invalid_config) for a
+///         disagreeing config (all fields listed); Error(invalid_file) for wrong, missing or extra
+///         tensors (listed); Error(invalid_argument) for a Hugging Face checkpoint that cannot be
+///         split over the model's ranks (every problem listed).
 template <class Model>
 void load_checkpoint(Model& model, const std::filesystem::path& path, const LoadOptions& opts = {}) {
   using Config = typename Model::config_type;
@@ -117,12 +124,10 @@ void load_checkpoint(Model& model, const std::filesystem::path& path, const Load
       return;
     }
     case CheckpointLayout::hugging_face: {
-      DSV32_CHECK(world == 1, unsupported, "checkpoint directory ", path.string(), " is a Hugging Face checkpoint, "
-                  "which loads into a model of world size 1 only (this one is rank ", rank, " of ", world, "); split it "
-                  "with dsv32-convert --model-parallel ", world, " (or convert_hf_checkpoint) and load the result");
       const HfCheckpointSource source(path);
       source.config().args.template check_matches<Config>((path / "config.json").string());
-      load_weights(model, source, opts);
+      if (world == 1) load_weights(model, source, opts);
+      else load_weights(model, HfShardSource(source, world, rank), opts);
       return;
     }
   }

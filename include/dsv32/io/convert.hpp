@@ -15,11 +15,14 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_map>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -42,6 +45,13 @@ struct ShardTensor {
   TensorSharding sharding;          ///< how it is distributed
   std::vector<std::int64_t> shape;  ///< its shape in this rank's file
   std::uint64_t bytes = 0;          ///< its size in this rank's file
+
+  /// \brief Where rank `rank`'s part of the source's bytes lies (split tensors: the rank's slice).
+  TensorBytes slice_of(int rank, int world) const {
+    if (sharding.kind != ShardKind::split) return TensorBytes::whole(source->data, source->bytes());
+    return TensorBytes::slice(source->data, source->shape, dtype_size(source->dtype),
+                              static_cast<std::size_t>(sharding.dim), rank, world);
+  }
 };
 
 /// \brief What each rank's file of a conversion holds: `ranks[r]` lists the tensors of
@@ -142,6 +152,80 @@ inline ShardPlan plan_model_parallel_shards(const HfCheckpointSource& source, in
   return plan;
 }
 
+/// \brief Rank `rank`'s part of a Hugging Face checkpoint for a model of `world` ranks, served from
+///        the mapped shards at load time: what `model{rank}-mp{world}.safetensors` would hold after
+///        convert_hf_checkpoint(), without writing it.
+///
+/// Tensors are split as plan_model_parallel_shards() plans them (the reference's convert.py), which
+/// checks the whole split first: a world size that does not divide a split dimension, or an FP8
+/// split that would not leave each rank whole 128-blocks, is refused with every problem listed.
+/// Replicated tensors and row slices (dimension 0: embed, wq_b, wkv_b, w1, w3, head) are contiguous
+/// in the mapping and are borrowed in place where the backend's memory is host memory; column slices
+/// (dimension 1: wo, w2 and their block scales, which split along the same dimension in 128-blocks)
+/// are gathered run by run into the model's memory (TensorSource::bytes_of()). Routed experts of
+/// other ranks are not served at all. So a rank reads only its own bytes: the mapping of every
+/// shard costs address space, and only the pages of this rank's slices are ever touched.
+/// The HfCheckpointSource must outlive this object.
+class HfShardSource : public TensorSource {
+ public:
+  /// \brief Plans the split of `source` over `world` ranks and keeps rank `rank`'s part.
+  /// \throws Error(invalid_argument) for a rank outside [0, world) or a split that does not divide
+  ///         (every problem listed, as plan_model_parallel_shards()).
+  HfShardSource(const HfCheckpointSource& source, int world, int rank) : source_(source), world_(world), rank_(rank) {
+    DSV32_CHECK(rank >= 0 && rank < world, invalid_argument, "rank ", rank, " outside [0, ", world, ")");
+    ShardPlan plan = plan_model_parallel_shards(source, world);
+    for (ShardTensor& t : plan.ranks[static_cast<std::size_t>(rank)]) {
+      TensorInfo local = *t.source;
+      local.shape = t.shape;
+      const TensorBytes b = t.slice_of(rank, world);
+      local.data = b.data;
+      local.begin = t.source->begin + static_cast<std::uint64_t>(b.data - t.source->data);
+      local.end = local.begin + b.bytes();
+      const std::string name = t.name;
+      const auto it = tensors_.emplace(name, Entry{std::move(t), std::move(local), b}).first;
+      by_info_.emplace(&it->second.local, &it->second);  // map nodes do not move
+    }
+  }
+
+  /// \brief Rank `rank`'s part of the tensor called `name` (its shape is the local one).
+  const TensorInfo* find(const std::string& name) const override {
+    const auto it = tensors_.find(name);
+    return it == tensors_.end() ? nullptr : &it->second.local;
+  }
+  std::shared_ptr<const void> owner_of(const TensorInfo& t) const override {
+    return source_.owner_of(*entry_of(t).whole.source);
+  }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> out;
+    out.reserve(tensors_.size());
+    for (const auto& [name, e] : tensors_) out.push_back(name);
+    return out;
+  }
+  std::string describe() const override {
+    return detail::concat("rank ", rank_, " of ", world_, " of ", source_.describe());
+  }
+  std::string origin(const std::string& name) const override { return source_.origin(name); }
+  TensorBytes bytes_of(const TensorInfo& t) const override { return entry_of(t).bytes; }
+
+ private:
+  struct Entry {
+    ShardTensor whole;   // the tensor in the checkpoint and its split
+    TensorInfo local;    // this rank's part, as the loader sees it
+    TensorBytes bytes;   // where that part lies in the mapping
+  };
+  const Entry& entry_of(const TensorInfo& t) const {
+    const auto it = by_info_.find(&t);
+    DSV32_CHECK(it != by_info_.end(), invalid_argument, "HfShardSource: tensor ", detail::quoted(t.name),
+                " does not come from this source");
+    return *it->second;
+  }
+
+  const HfCheckpointSource& source_;
+  int world_, rank_;
+  std::map<std::string, Entry> tensors_;  // by dsv32 name
+  std::unordered_map<const TensorInfo*, const Entry*> by_info_;
+};
+
 /// \brief Where a conversion stands, reported after each tensor written.
 struct ConvertProgress {
   int rank = 0;                    ///< the rank whose file is being written
@@ -230,14 +314,9 @@ inline ConvertResult convert_hf_checkpoint(const std::filesystem::path& hf_dir, 
         const TensorInfo& in = *t.source;
         if (t.sharding.kind != ShardKind::split) {
           sink(in.data, in.bytes());
-        } else {  // the r-th slice along dim d: `outer` runs of `local * inner` contiguous bytes
-          const auto d = static_cast<std::size_t>(t.sharding.dim);
-          std::uint64_t outer = 1, inner = dtype_size(in.dtype);
-          for (std::size_t i = 0; i < d; ++i) outer *= static_cast<std::uint64_t>(in.shape[i]);
-          for (std::size_t i = d + 1; i < in.rank(); ++i) inner *= static_cast<std::uint64_t>(in.shape[i]);
-          const auto full = static_cast<std::uint64_t>(in.shape[d]), local = static_cast<std::uint64_t>(t.shape[d]);
-          for (std::uint64_t o = 0; o < outer; ++o)
-            sink(in.data + (o * full + static_cast<std::uint64_t>(r) * local) * inner, local * inner);
+        } else {  // the r-th slice along its dimension: runs of contiguous bytes
+          const TensorBytes b = t.slice_of(r, world);
+          for (std::uint64_t run = 0; run < b.runs; ++run) sink(b.data + run * b.stride, b.run_bytes);
         }
         ++p.tensors_done;
         p.bytes_done += t.bytes;

@@ -3,6 +3,8 @@
 ///        load that walks the model's parameter list. Checkpoint directories: <dsv32/io/checkpoint.hpp>.
 #pragma once
 
+#include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -21,6 +23,35 @@ namespace dsv32 {
 
 /// \addtogroup io
 /// @{
+
+/// \brief Where a tensor's bytes lie in memory: `runs` runs of `run_bytes` bytes each, `stride` bytes
+///        apart, the first at `data`. A tensor stored whole is one run; a slice of a larger tensor
+///        along an inner dimension (a column-parallel rank's part) is one run per outer index.
+struct TensorBytes {
+  const std::byte* data = nullptr;  ///< the first byte
+  std::uint64_t runs = 1;           ///< how many runs
+  std::uint64_t run_bytes = 0;      ///< bytes of each run
+  std::uint64_t stride = 0;         ///< bytes from the start of one run to the next
+
+  /// \brief `bytes` contiguous bytes at `data` (a tensor stored whole).
+  static TensorBytes whole(const std::byte* data, std::uint64_t bytes) noexcept { return {data, 1, bytes, bytes}; }
+  /// \brief Part `part` of `parts` equal parts of a tensor of shape `shape` (elements of `element_bytes`)
+  ///        along dimension `dim` — rank `part`'s slice of a tensor split over `parts` ranks.
+  static TensorBytes slice(const std::byte* data, const std::vector<std::int64_t>& shape, std::size_t element_bytes,
+                           std::size_t dim, std::int64_t part, std::int64_t parts) noexcept {
+    std::uint64_t outer = 1, inner = element_bytes;
+    for (std::size_t i = 0; i < dim; ++i) outer *= static_cast<std::uint64_t>(shape[i]);
+    for (std::size_t i = dim + 1; i < shape.size(); ++i) inner *= static_cast<std::uint64_t>(shape[i]);
+    const auto full = static_cast<std::uint64_t>(shape[dim]), local = full / static_cast<std::uint64_t>(parts);
+    const std::byte* first = data + static_cast<std::uint64_t>(part) * local * inner;
+    if (outer == 1) return whole(first, local * inner);
+    return {first, outer, local * inner, full * inner};
+  }
+  /// \brief Whether the runs follow each other without gaps (the bytes can be used in place).
+  bool contiguous() const noexcept { return runs <= 1 || stride == run_bytes; }
+  /// \brief Bytes in all.
+  std::uint64_t bytes() const noexcept { return runs * run_bytes; }
+};
 
 /// \brief Where a model's tensors come from, under dsv32's names (the reference's converted naming:
 ///        `embed.weight`, `layers.0.attn.wq_a.weight`, `layers.0.attn.wq_a.scale`, ...).
@@ -41,6 +72,9 @@ class TensorSource {
     (void)name;
     return {};
   }
+  /// \brief Where `t`'s bytes lie: by default `t.bytes()` contiguous bytes at `t.data`; a source that
+  ///        serves slices of larger tensors (HfShardSource) says where its runs are.
+  virtual TensorBytes bytes_of(const TensorInfo& t) const { return TensorBytes::whole(t.data, t.bytes()); }
 };
 
 /// \brief The tensors of one safetensors file, names as stored.
@@ -131,14 +165,32 @@ void load_weights(Model& model, const TensorSource& source, const LoadOptions& o
   model.load_weights(
       [&](const Parameter<Backend>& p, std::shared_ptr<const void>& owner) -> const void* {
         const TensorInfo& t = *source.find(p.name());
-        const bool aligned = reinterpret_cast<std::uintptr_t>(t.data) % dtype_size(t.dtype) == 0;
-        if (!opts.borrow || t.dtype != p.dtype() || !aligned || t.bytes() == 0) return nullptr;
+        const TensorBytes b = source.bytes_of(t);
+        const bool aligned = reinterpret_cast<std::uintptr_t>(b.data) % dtype_size(t.dtype) == 0;
+        if (!opts.borrow || t.dtype != p.dtype() || !aligned || !b.contiguous() || b.bytes() == 0) return nullptr;
         owner = source.owner_of(t);
-        return t.data;
+        return b.data;
       },
       [&](const Parameter<Backend>& p, WeightUploader<Backend>& uploader, void* dst) {
         const TensorInfo& t = *source.find(p.name());
-        uploader.copy(dst, t.data, t.dtype, p.dtype(), static_cast<std::size_t>(p.numel()));
+        const TensorBytes b = source.bytes_of(t);
+        const auto n = static_cast<std::size_t>(p.numel());
+        if (b.contiguous()) {
+          uploader.copy(dst, b.data, t.dtype, p.dtype(), n);
+          return;
+        }
+        // A slice: elements [first, first + count) gathered run by run, converted on the way.
+        const std::size_t from = dtype_size(t.dtype), to = dtype_size(p.dtype()), per_run = b.run_bytes / from;
+        uploader.write(dst, p.dtype(), n, [&](std::size_t first, std::size_t count, void* host) {
+          auto* out = static_cast<std::byte*>(host);
+          for (std::size_t done = 0; done < count;) {
+            const std::size_t run = (first + done) / per_run, offset = (first + done) % per_run;
+            const std::size_t take = std::min(per_run - offset, count - done);
+            Parameter<Backend>::convert_host(b.data + run * b.stride + offset * from, t.dtype, p.dtype(), take,
+                                             out + done * to);
+            done += take;
+          }
+        });
       },
       opts.staging_bytes);
 }

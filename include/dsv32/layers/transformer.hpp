@@ -181,7 +181,7 @@ class Transformer {
   ///        `Backend`'s memory
   explicit Transformer(const RuntimeOptions& options = {}, const Parallel& parallel = {})
       : options_((options.validate(), options)),
-        parallel_((parallel.validate(), parallel)),
+        parallel_((parallel.validate(), check_fp8_split(ModelArgs::of<Config>(), parallel.world_size), parallel)),
         comm_(parallel_.template communicator_for<Backend>()),
         store_(ModelArgs::of<Config>(), parallel_.world_size, parallel_.rank),
         embed_(store_, "embed", parallel_.rank),
