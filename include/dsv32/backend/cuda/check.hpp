@@ -21,7 +21,7 @@ namespace dsv32::cuda {
 
 /// \brief The message of a failed CUDA runtime call: the statement, where, and the error's name and string.
 inline std::string cuda_error_message(cudaError_t status, const char* statement, const char* file, int line) {
-  return detail::concat(statement, " failed at ", file, ":", line, ": ", cudaGetErrorName(status), " (",
+  return ::dsv32::detail::concat(statement, " failed at ", file, ":", line, ": ", cudaGetErrorName(status), " (",
                         cudaGetErrorString(status), ")");
 }
 
@@ -39,7 +39,7 @@ inline void check_cuda(cudaError_t status, const char* statement, const char* fi
 ///        unless `status` is CUBLAS_STATUS_SUCCESS.
 inline void check_cublas(cublasStatus_t status, const char* statement, const char* file, int line) {
   if (status == CUBLAS_STATUS_SUCCESS) return;
-  throw Error(ErrorKind::state, detail::concat(statement, " failed at ", file, ":", line, ": ", cublasLtGetStatusName(status),
+  throw Error(ErrorKind::state, ::dsv32::detail::concat(statement, " failed at ", file, ":", line, ": ", cublasLtGetStatusName(status),
                                                " (", cublasLtGetStatusString(status), ")"));
 }
 

@@ -71,7 +71,7 @@ inline void* device_allocate(std::size_t bytes) {
   void* p = nullptr;
   const cudaError_t status = cudaMalloc(&p, bytes);
   if (status != cudaSuccess)
-    check_cuda(status, detail::concat("cudaMalloc(", bytes, " bytes)").c_str(), __FILE__, __LINE__);
+    check_cuda(status, ::dsv32::detail::concat("cudaMalloc(", bytes, " bytes)").c_str(), __FILE__, __LINE__);
   DeviceAllocations::instance().add(p, bytes);
   return p;
 }
