@@ -268,8 +268,12 @@ struct IndexerArgs {
   std::int64_t k_stride = 0;              ///< its row stride
   const float* k_scale = nullptr;         ///< [max_batch * cache_rows, D / 128]
   std::int64_t ks_stride = 0;             ///< its row stride
-  std::int64_t T = 0, H = 0, D = 0;       ///< query rows, heads, head dim
-  std::int64_t cache_rows = 0, batch = 1, start_pos = 0;  ///< cache rows per sequence, sequences, first position
+  std::int64_t T = 0;                     ///< query rows (batch * seq)
+  std::int64_t H = 0;                     ///< heads
+  std::int64_t D = 0;                     ///< head dim
+  std::int64_t cache_rows = 0;            ///< cache rows per sequence
+  std::int64_t batch = 1;                 ///< sequences
+  std::int64_t start_pos = 0;             ///< position of each sequence's first query
   std::int32_t* selected = nullptr;       ///< [T, k]
   std::int64_t sel_stride = 0;            ///< its row stride
   std::int64_t k = 0;                     ///< its columns

@@ -210,7 +210,7 @@ __global__ void convert_kernel(const void* in, std::int64_t i_stride, void* out,
 
 // ------------------------------------------------------------------------------------------------ launchers
 
-/// \brief Launches embedding_kernel. \param tokens [n] \param table [rows, dim] \param out [n, dim]
+/// \brief Launches embedding_kernel: tokens [n], table [rows, dim] -> out [n, dim].
 inline void launch_embedding(ExecutionContext<Cuda>& ctx, const std::int32_t* tokens, std::int64_t n,
                              const bf16_bits* table, std::int64_t table_rows, std::int64_t table_stride,
                              std::int64_t first_id, std::int64_t dim, bf16_bits* out, std::int64_t out_stride) {
@@ -220,7 +220,7 @@ inline void launch_embedding(ExecutionContext<Cuda>& ctx, const std::int32_t* to
   DSV32_CUDA_CHECK_LAUNCH("embedding_kernel");
 }
 
-/// \brief Launches rms_norm_kernel (residual may be null). \param x, residual, y [rows, d] \param w [d]
+/// \brief Launches rms_norm_kernel (residual may be null): x, residual, y [rows, d], w [d].
 inline void launch_rms_norm(ExecutionContext<Cuda>& ctx, const bf16_bits* x, std::int64_t x_stride,
                             bf16_bits* residual, std::int64_t r_stride, const float* w, float eps, std::int64_t rows,
                             std::int64_t d, bf16_bits* y, std::int64_t y_stride) {
@@ -232,7 +232,7 @@ inline void launch_rms_norm(ExecutionContext<Cuda>& ctx, const bf16_bits* x, std
   DSV32_CUDA_CHECK_LAUNCH("rms_norm_kernel");
 }
 
-/// \brief Launches layer_norm_kernel. \param x, y [rows, d] \param w, b [d]
+/// \brief Launches layer_norm_kernel: x, y [rows, d], w, b [d].
 inline void launch_layer_norm(ExecutionContext<Cuda>& ctx, const bf16_bits* x, std::int64_t x_stride, const float* w,
                               const float* b, float eps, std::int64_t rows, std::int64_t d, bf16_bits* y,
                               std::int64_t y_stride) {

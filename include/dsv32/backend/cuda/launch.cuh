@@ -33,6 +33,7 @@ inline constexpr int kRowThreads = 256;
 /// \brief Raises `kernel`'s dynamic shared memory limit when a launch needs more than the default 48 KB,
 ///        after checking it against the device's opt-in limit.
 /// \param kernel the __global__ function \param smem bytes the launch needs \param limit the device's opt-in limit
+/// \param name the kernel's name in the error
 template <class Kernel>
 void prepare_smem(Kernel kernel, std::size_t smem, std::size_t limit, const char* name) {
   DSV32_CHECK(smem <= limit, unsupported, "CUDA kernel ", name, ": needs ", smem,

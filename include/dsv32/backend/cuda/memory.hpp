@@ -49,7 +49,9 @@ inline bool device_available() noexcept {
 ///        chose (or `has_algo == false` when the heuristic offered none, and the caller falls back).
 struct CachedMatmul {
   LtMatmulDesc desc;                 ///< operation, transposes, scale modes
-  LtMatrixLayout a, b, d;            ///< A, B and D (C = D) layouts
+  LtMatrixLayout a;                  ///< A's layout
+  LtMatrixLayout b;                  ///< B's layout
+  LtMatrixLayout d;                  ///< D's layout (C = D)
   cublasLtMatmulAlgo_t algo{};       ///< the heuristic's first result
   std::size_t workspace = 0;         ///< workspace bytes the algorithm needs
   bool has_algo = false;             ///< whether the heuristic returned a result
