@@ -7,9 +7,10 @@
 //
 // Tolerances against the CPU backend, and why:
 // - exact (bit for bit): embedding, gather_rows, scatter_add, round_to_bf16, widen_to_f32, hadamard,
-//   rope (both layouts), act_quant (plain and ue8m0), route (experts and weights), moe_plan, the
+//   rope (both layouts), act_quant (plain and ue8m0), route's experts, moe_plan, the
 //   reference GEMM's FP8 products (exact block dot products, the CPU's order of the block sums);
 //   these compute the same IEEE operations in the same order (no FMA contraction).
+// - route's weights: within one f32 ulp (exp rounded from double vs. the C library's expf).
 // - at most one bf16 ulp: rms_norm, rms_norm_residual, layer_norm (a double sum in another order can
 //   move the f32 variance by an ulp), silu_mul (exp rounded from double vs. the C library's expf).
 // - max |diff| <= 2^-7 max |reference| (+ the bf16 ulp of the reference): cuBLASLt products (f32 sums in
@@ -507,7 +508,8 @@ TEST_CASE("CUDA MoE: routing (sigmoid with bias and groups, softmax) and the exp
     KCuda::route(ctx, dl.mat(T, c.E), c.bias ? db.vec() : dsv32::VectorView<const float, Space>{}, c.p, dw.mat(T, k),
                  de.mat(T, k));
     CHECK(de.host(ctx) == e);
-    CHECK(dw.host(ctx) == w);
+    // exp in double rounded once vs. the C library's expf: the same float almost always, else one ulp
+    CHECK(rel_error(dw.host(ctx), w) <= 2.4e-7);
     // the plan of this rank's experts [E/4, E/2)
     const std::int64_t first = c.E / 4, local = c.E / 4;
     std::vector<std::int32_t> rows(T * k, -1), offsets(local + 1, -1);

@@ -210,47 +210,68 @@ __global__ void sparse_attention_kernel(const bf16_bits* q, std::int64_t q_strid
   }
 }
 
-/// Absorbed MLA decode, one block per (sequence b, head h): scores (q_lat . kv_j + q_pe . pe_j) * scale
-/// over the selected latents of the sequence (count read on the device), softmax to bf16, then
-/// out = bf16(sum_j p_j kv_j) in the latent space.
-template <int Threads>
+/// Absorbed MLA decode, one block per sequence b and group of G heads (the selected latents are read
+/// once for the G heads): scores (q_lat . kv_j + q_pe . pe_j) * scale over the selected latents of the
+/// sequence (count read on the device), softmax to bf16, then out = bf16(sum_j p_j kv_j) in the latent
+/// space, each head's sums in the order of j.
+template <int Threads, int G>
 __global__ void latent_attention_kernel(const bf16_bits* q_lat, std::int64_t ql_stride, const bf16_bits* q_pe,
                                         std::int64_t qp_stride, const bf16_bits* kv_cache, std::int64_t kv_stride,
                                         const bf16_bits* pe_cache, std::int64_t pe_stride, std::int64_t cache_rows,
-                                        std::int64_t H, std::int64_t C, std::int64_t rope,
+                                        std::int64_t H, std::int64_t C, std::int64_t rope, std::int64_t k,
                                         const std::int32_t* selected, std::int64_t sel_stride,
                                         const std::int32_t* count, float scale, bf16_bits* out,
                                         std::int64_t out_stride) {
   extern __shared__ float sm[];
   __shared__ float red[Threads / 32];
-  const std::int64_t b = blockIdx.x / H, row = blockIdx.x;  // row = b H + h
-  float* ql = sm;           // [C]
-  float* qp = sm + C;       // [rope]
-  float* p = qp + rope;     // [k]
+  const std::int64_t groups = H / G, b = blockIdx.x / groups, row0 = b * H + (blockIdx.x % groups) * G;
+  float* ql = sm;                // [G][C]
+  float* qp = sm + G * C;        // [G][rope]
+  float* p = qp + G * rope;      // [G][k]
   const std::int64_t n = count[b];
   const std::int32_t* sel = selected + b * sel_stride;
   const bf16_bits* kvb = kv_cache + b * cache_rows * kv_stride;
   const bf16_bits* peb = pe_cache + b * cache_rows * pe_stride;
-  for (std::int64_t c = threadIdx.x; c < C; c += Threads) ql[c] = load_bf16(q_lat + row * ql_stride + c);
-  for (std::int64_t r = threadIdx.x; r < rope; r += Threads) qp[r] = load_bf16(q_pe + row * qp_stride + r);
+  for (std::int64_t i = threadIdx.x; i < G * C; i += Threads) ql[i] = load_bf16(q_lat + (row0 + i / C) * ql_stride + i % C);
+  for (std::int64_t i = threadIdx.x; i < G * rope; i += Threads)
+    qp[i] = load_bf16(q_pe + (row0 + i / rope) * qp_stride + i % rope);
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (std::int64_t j = warp; j < n; j += Threads / 32) {
     const bf16_bits* kr = kvb + static_cast<std::int64_t>(sel[j]) * kv_stride;
     const bf16_bits* pr = peb + static_cast<std::int64_t>(sel[j]) * pe_stride;
-    float a = 0.0f, c2 = 0.0f;
-    for (std::int64_t c = lane; c < C; c += 32) a = fmaf(ql[c], load_bf16(kr + c), a);
-    for (std::int64_t r = lane; r < rope; r += 32) c2 = fmaf(qp[r], load_bf16(pr + r), c2);
-    a = warp_sum(a);
-    c2 = warp_sum(c2);
-    if (lane == 0) p[j] = __fmul_rn(__fadd_rn(a, c2), scale);
+    float a[G], c2[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) a[g] = c2[g] = 0.0f;
+    for (std::int64_t c = lane; c < C; c += 32) {
+      const float kvv = load_bf16(kr + c);
+#pragma unroll
+      for (int g = 0; g < G; ++g) a[g] = fmaf(ql[g * C + c], kvv, a[g]);
+    }
+    for (std::int64_t r = lane; r < rope; r += 32) {
+      const float pv = load_bf16(pr + r);
+#pragma unroll
+      for (int g = 0; g < G; ++g) c2[g] = fmaf(qp[g * rope + r], pv, c2[g]);
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      const float sa = warp_sum(a[g]), sb = warp_sum(c2[g]);
+      if (lane == 0) p[g * k + j] = __fmul_rn(__fadd_rn(sa, sb), scale);
+    }
   }
   __syncthreads();
-  softmax_to_bf16<Threads>(p, n, red);
+  for (int g = 0; g < G; ++g) softmax_to_bf16<Threads>(p + g * k, n, red);
   for (std::int64_t c = threadIdx.x; c < C; c += Threads) {
-    float acc = 0.0f;
-    for (std::int64_t j = 0; j < n; ++j) acc = fmaf(p[j], load_bf16(kvb + static_cast<std::int64_t>(sel[j]) * kv_stride + c), acc);
-    store_bf16(out + row * out_stride + c, acc);
+    float acc[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) acc[g] = 0.0f;
+    for (std::int64_t j = 0; j < n; ++j) {
+      const float kvv = load_bf16(kvb + static_cast<std::int64_t>(sel[j]) * kv_stride + c);
+#pragma unroll
+      for (int g = 0; g < G; ++g) acc[g] = fmaf(p[g * k + j], kvv, acc[g]);
+    }
+#pragma unroll
+    for (int g = 0; g < G; ++g) store_bf16(out + (row0 + g) * out_stride + c, acc[g]);
   }
 }
 
@@ -328,7 +349,25 @@ inline void launch_sparse_attention(ExecutionContext<Cuda>& ctx, const bf16_bits
   DSV32_CUDA_CHECK_LAUNCH("sparse_attention_kernel");
 }
 
-/// \brief Launches latent_attention_kernel for one token of each of `batch` sequences.
+namespace detail {
+template <int G>
+void launch_latent_group(ExecutionContext<Cuda>& ctx, std::size_t smem, unsigned blocks, const bf16_bits* q_lat,
+                         std::int64_t ql_stride, const bf16_bits* q_pe, std::int64_t qp_stride,
+                         const bf16_bits* kv_cache, std::int64_t kv_stride, const bf16_bits* pe_cache,
+                         std::int64_t pe_stride, std::int64_t cache_rows, std::int64_t H, std::int64_t C,
+                         std::int64_t rope, std::int64_t k, const std::int32_t* selected, std::int64_t sel_stride,
+                         const std::int32_t* count, float scale, bf16_bits* out, std::int64_t out_stride) {
+  prepare_smem(latent_attention_kernel<256, G>, smem, ctx.smem_optin(), "latent_attention_kernel");
+  latent_attention_kernel<256, G><<<blocks, 256, smem, ctx.stream()>>>(q_lat, ql_stride, q_pe, qp_stride, kv_cache,
+                                                                       kv_stride, pe_cache, pe_stride, cache_rows, H, C,
+                                                                       rope, k, selected, sel_stride, count, scale, out,
+                                                                       out_stride);
+  DSV32_CUDA_CHECK_LAUNCH("latent_attention_kernel");
+}
+}  // namespace detail
+
+/// \brief Launches latent_attention_kernel for one token of each of `batch` sequences, with as many
+///        heads per block as plan_latent_attention() fits (8, 4, 2 or 1).
 inline void launch_latent_attention(ExecutionContext<Cuda>& ctx, const bf16_bits* q_lat, std::int64_t ql_stride,
                                     const bf16_bits* q_pe, std::int64_t qp_stride, const bf16_bits* kv_cache,
                                     std::int64_t kv_stride, const bf16_bits* pe_cache, std::int64_t pe_stride,
@@ -337,12 +376,29 @@ inline void launch_latent_attention(ExecutionContext<Cuda>& ctx, const bf16_bits
                                     std::int64_t k, const std::int32_t* count, float scale, bf16_bits* out,
                                     std::int64_t out_stride) {
   if (batch * H == 0) return;
-  const std::size_t smem = static_cast<std::size_t>(C + rope + k) * 4;
-  prepare_smem(latent_attention_kernel<256>, smem, ctx.smem_optin(), "latent_attention_kernel");
-  latent_attention_kernel<256><<<static_cast<unsigned>(batch * H), 256, smem, ctx.stream()>>>(
-      q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride, pe_cache, pe_stride, cache_rows, H, C, rope, selected,
-      sel_stride, count, scale, out, out_stride);
-  DSV32_CUDA_CHECK_LAUNCH("latent_attention_kernel");
+  const AttentionPlan plan = plan_latent_attention(H, C, rope, k, ctx.smem_optin());
+  const unsigned blocks = static_cast<unsigned>(batch * (H / plan.heads_per_block));
+  switch (plan.heads_per_block) {
+    case 8:
+      detail::launch_latent_group<8>(ctx, plan.smem, blocks, q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride,
+                                     pe_cache, pe_stride, cache_rows, H, C, rope, k, selected, sel_stride, count, scale,
+                                     out, out_stride);
+      break;
+    case 4:
+      detail::launch_latent_group<4>(ctx, plan.smem, blocks, q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride,
+                                     pe_cache, pe_stride, cache_rows, H, C, rope, k, selected, sel_stride, count, scale,
+                                     out, out_stride);
+      break;
+    case 2:
+      detail::launch_latent_group<2>(ctx, plan.smem, blocks, q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride,
+                                     pe_cache, pe_stride, cache_rows, H, C, rope, k, selected, sel_stride, count, scale,
+                                     out, out_stride);
+      break;
+    default:
+      detail::launch_latent_group<1>(ctx, plan.smem, blocks, q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride,
+                                     pe_cache, pe_stride, cache_rows, H, C, rope, k, selected, sel_stride, count, scale,
+                                     out, out_stride);
+  }
 }
 
 /// @}
