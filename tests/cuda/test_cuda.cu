@@ -390,6 +390,64 @@ TEST_CASE("CUDA linear: cuBLASLt bf16, f32 and FP8 (1x128 x 128x128 scales) agai
   }
 }
 
+// What the issue asks to settle on a device, printed for scripts/device-check.sh's summary: does cuBLASLt's
+// 1x128 x 128x128 FP8 product take M (the activation rows) that is not a multiple of 4 without padding,
+// and a ragged last K block (K % 128 != 0)? Each answer is checked against exact block dot products.
+TEST_CASE("CUDA cuBLASLt FP8 probe: M not a multiple of 4, a ragged last K block") {
+  DSV32_REQUIRE_DEVICE();
+  Ctx ctx;
+  std::mt19937 gen(9);
+  const std::int64_t N = 256;
+  for (const std::int64_t K : {256, 320}) {
+    for (const std::int64_t M : {1, 3, 4, 6}) {
+      const std::int64_t kb = (K + 127) / 128, nb = N / 128, ld = dsv32::cuda::round_up(kb, 4);
+      auto xq = random_codes(M * K, gen), wq = random_codes(N * K, gen);
+      auto xs = random_f32(kb * M, gen, 1e-3f, 3e-3f), wsc = random_f32(nb * ld, gen, 1e-3f, 3e-3f);
+      std::vector<float> want(M * N);
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t n = 0; n < N; ++n) {
+          double acc = 0;
+          for (std::int64_t b = 0; b < kb; ++b) {
+            double dot = 0;
+            for (std::int64_t k = b * 128; k < std::min(K, (b + 1) * 128); ++k)
+              dot += static_cast<double>(dsv32::decode_e4m3(xq[m * K + k])) * dsv32::decode_e4m3(wq[n * K + k]);
+            acc += dot * xs[b * M + m] * wsc[(n / 128) * ld + b];
+          }
+          want[m * N + n] = static_cast<float>(bf16(static_cast<float>(acc)));
+        }
+      Dev<std::uint8_t> dx(xq), dw(wq);
+      Dev<float> dxs(xs), dws(wsc);
+      Dev<bf16> dy(M * N);
+      dsv32::cuda::GemmKey key;
+      key.a_type = key.b_type = dsv32::cuda::GemmType::e4m3;
+      key.d_type = dsv32::cuda::GemmType::bf16;
+      key.a_scale = dsv32::cuda::GemmScale::blk128x128;
+      key.b_scale = dsv32::cuda::GemmScale::vec128;
+      key.m = N;
+      key.n = M;
+      key.k = K;
+      key.lda = key.ldb = K;
+      key.ldd = N;
+      std::string verdict;
+      try {
+        if (!dsv32::cuda::run_matmul(ctx, key, dw.p, dx.p, dy.p, dws.p, dxs.p)) {
+          verdict = "no algorithm (heuristic empty)";
+        } else {
+          const auto got = dy.host(ctx);
+          std::vector<float> g(got.size());
+          for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>(got[i]);
+          const double err = rel_error(g, want);
+          verdict = err <= 1.0 / 128 ? "works (max error " + std::to_string(err) + ")" : "WRONG (max error " + std::to_string(err) + ")";
+        }
+      } catch (const dsv32::Error& e) {
+        verdict = std::string("error: ") + e.what();
+        (void)cudaGetLastError();
+      }
+      MESSAGE("FP8 probe: M = " << M << ", K = " << K << ": " << verdict);
+    }
+  }
+}
+
 TEST_CASE("CUDA indexer: the same selections as the CPU backend, counts on the device") {
   DSV32_REQUIRE_DEVICE();
   Ctx ctx;
