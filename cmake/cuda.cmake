@@ -7,8 +7,12 @@
 
 find_package(CUDAToolkit REQUIRED)
 if(CUDAToolkit_VERSION VERSION_LESS 12.9)
-  message(FATAL_ERROR "dsv32: the CUDA backend needs CUDA >= 12.9 (cuBLASLt's 1x128 / 128x128 FP8 scaling), "
-                      "found ${CUDAToolkit_VERSION}. Configure with -DDSV32_CUDA=OFF to build without it.")
+  set(_dsv32_msg "dsv32: the CUDA backend needs CUDA >= 12.9 (cuBLASLt's 1x128 / 128x128 FP8 scaling), found ${CUDAToolkit_VERSION}")
+  if(DSV32_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "${_dsv32_msg}. Configure with -DDSV32_CUDA=OFF to build without it.")
+  endif()
+  message(STATUS "${_dsv32_msg}: the CUDA target, tests and benchmark are not built")
+  return()
 endif()
 
 add_library(dsv32_cuda INTERFACE)
