@@ -60,7 +60,7 @@ else
   [ $rc -eq 0 ] && note "tests: SKIPPED, no CUDA device ($(elapsed))" || note "tests: FAILED, exit $rc ($(elapsed))"
   status=1
 fi
-grep -E "^\[doctest\] (test cases|assertions)|worst logits|heuristics cached|another order|FP8 probe" "$out/tests.txt" | sed 's/^/  /' | tee -a "$summary"
+grep -E "^\[doctest\] (test cases|assertions)|worst logits|heuristics cached|fell back|another order|FP8 probe" "$out/tests.txt" | sed 's/^/  /' | tee -a "$summary"
 grep -B3 -A12 "ERROR:" "$out/tests.txt" | head -120 >>"$summary"
 
 timeout 150 "$build/bench/dsv32-bench-cuda" "$reps" >"$out/bench.txt" 2>&1

@@ -377,7 +377,8 @@ TEST_CASE("CUDA linear: cuBLASLt bf16, f32 and FP8 (1x128 x 128x128 scales) agai
     check_linear<bf16>(ctx, DType::F8_E4M3, M, 160, 256, none, false);     // 2 K blocks: scales repacked
     check_linear<bf16>(ctx, DType::F8_E4M3, M, 200, 384, ue8m0, false);    // ragged last N block
   }
-  MESSAGE("cuBLASLt heuristics cached: " << ctx.cached_matmuls());
+  MESSAGE("cuBLASLt heuristics cached: " << ctx.cached_matmuls() << "; products that fell back to the reference GEMM: "
+                                           << ctx.gemm_fallbacks());
   // dsv32's reference GEMM (the fallback where cuBLASLt has no algorithm): FP8 bit for bit the CPU's
   dsv32::cuda::ContextOptions ref;
   ref.use_cublaslt = false;
@@ -679,4 +680,7 @@ TEST_CASE("CUDA forward(): no allocation, one synchronization per MoE layer plus
   CHECK(rel_error(l.values, want.values) <= 1e-2);
   for (int s = 0; s < 16; ++s) l = gpu.forward(std::vector<std::int32_t>{l.argmax(0), l.argmax(1)}, 2, 4 + s);
   CHECK(Mem::allocations() - allocations == 0);
+  MESSAGE("TinyFp8Ue8m0Yarn forward: cuBLASLt shapes " << gpu.context().cached_matmuls()
+                                                       << ", products that fell back to the reference GEMM: "
+                                                       << gpu.context().gemm_fallbacks());
 }

@@ -321,8 +321,9 @@ inline void run_indexer(ExecutionContext<Cuda>& ctx, const IndexerArgs& a) {
                                  static_cast<std::size_t>(kIndexerKeys * (a.D + 4));
   prepare_smem(indexer_score_kernel<kIndexerKeys>, score_smem, ctx.smem_optin(), "indexer_score_kernel");
   prepare_smem(topk_kernel<1024>, plan.topk_smem, ctx.smem_optin(), "topk_kernel");
-  for (std::int64_t row0 = 0; row0 < a.T; row0 += plan.rows_per_pass) {
-    const std::int64_t rows = std::min(plan.rows_per_pass, a.T - row0);
+  const std::int64_t per_pass = std::min<std::int64_t>(plan.rows_per_pass, 65535);  // the grid's y limit
+  for (std::int64_t row0 = 0; row0 < a.T; row0 += per_pass) {
+    const std::int64_t rows = std::min(per_pass, a.T - row0);
     const dim3 grid(static_cast<unsigned>(ceil_div(keys, kIndexerKeys)), static_cast<unsigned>(rows));
     indexer_score_kernel<kIndexerKeys><<<grid, kIndexerKeys, score_smem, ctx.stream()>>>(
         a.q_codes, a.q_stride, a.q_scale, a.qs_stride, weight, a.k_codes, a.k_stride, a.k_scale, a.ks_stride, a.H, a.D,

@@ -242,6 +242,7 @@ inline void run_linear(ExecutionContext<Cuda>& ctx, const LinearArgs& a) {
     const GemmKey key = gemm_key(p, count, reinterpret_cast<std::uintptr_t>(a.w), reinterpret_cast<std::uintptr_t>(b),
                                  reinterpret_cast<std::uintptr_t>(d));
     if (!run_matmul(ctx, key, a.w, b, d, w_scale, b_scale)) {
+      ctx.note_gemm_fallback();
       reference_linear(ctx, a, r0, count);  // cuBLASLt has no algorithm for this shape and layout
       continue;
     }

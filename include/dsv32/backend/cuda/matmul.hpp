@@ -111,8 +111,11 @@ inline CachedMatmul prepare_matmul(ExecutionContext<Cuda>& ctx, const GemmKey& k
   int found = 0;
   const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(ctx.cublaslt(), desc, m.a.get(), m.b.get(), m.d.get(),
                                                                m.d.get(), pref, 1, &result, &found);
-  // NOT_SUPPORTED is how cuBLASLt says "no algorithm for this problem": the caller falls back
-  if (status != CUBLAS_STATUS_NOT_SUPPORTED) DSV32_CUBLAS_CHECK(status);
+  // NOT_SUPPORTED (and INVALID_VALUE, for a combination of types, layouts and scale modes this cuBLASLt
+  // does not take) is how the heuristic says "no algorithm for this problem": the caller falls back to
+  // dsv32's reference kernel and counts it (ExecutionContext::gemm_fallbacks()). Anything else is an error.
+  m.heuristic_status = status;
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED && status != CUBLAS_STATUS_INVALID_VALUE) DSV32_CUBLAS_CHECK(status);
   if (status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS) {
     m.algo = result.algo;
     m.workspace = result.workspaceSize;

@@ -55,6 +55,7 @@ struct CachedMatmul {
   cublasLtMatmulAlgo_t algo{};       ///< the heuristic's first result
   std::size_t workspace = 0;         ///< workspace bytes the algorithm needs
   bool has_algo = false;             ///< whether the heuristic returned a result
+  cublasStatus_t heuristic_status = CUBLAS_STATUS_SUCCESS;  ///< what the heuristic query returned
 };
 
 /// \brief Options of an ExecutionContext<Cuda>.
@@ -148,6 +149,11 @@ struct ExecutionContext<Cuda> {
   }
   /// \brief How many GEMM shapes have a prepared matmul (each heuristic query runs once per shape).
   std::size_t cached_matmuls() const noexcept { return gemms_ ? gemms_->size() : 0; }
+  /// \brief Counts a product that ran dsv32's reference GEMM because cuBLASLt offered no algorithm.
+  void note_gemm_fallback() noexcept { ++gemm_fallbacks_; }
+  /// \brief Products (chunks) that ran dsv32's reference GEMM because cuBLASLt offered no algorithm
+  ///        (tests and the device check report it: a shape that should run on cuBLASLt and does not).
+  std::uint64_t gemm_fallbacks() const noexcept { return gemm_fallbacks_; }
 
  private:
   using GemmCache = std::unordered_map<cuda::GemmKey, cuda::CachedMatmul, cuda::GemmKeyHash>;
@@ -156,6 +162,7 @@ struct ExecutionContext<Cuda> {
   std::size_t smem_optin_ = 48u << 10;
   int multiprocessors_ = 0;
   int compute_capability_ = 0;
+  std::uint64_t gemm_fallbacks_ = 0;
   // declared in order of creation: destroyed in reverse (the cached descriptors before the handle)
   cuda::Stream stream_;
   cuda::LtHandle lt_;
