@@ -18,7 +18,7 @@ command -v "$cxx" >/dev/null || { echo "sanitizer-build: $cxx not found (scripts
 # then run the parallel paths; the ThreadSanitizer test links without it (tests/concurrency/tsan).
 nice -n "${DSV32_BUILD_NICE:-0}" cmake -S "$root" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_BUILD_TYPE=Debug \
   -DCMAKE_CXX_FLAGS_DEBUG="-O1 -gline-tables-only" -DDSV32_SANITIZE=address,undefined -DDSV32_BUILD_FUZZERS=ON \
-  -DDSV32_TSAN_TESTS=ON -DDSV32_BUILD_BENCHMARKS=OFF -DDSV32_INSTALL=OFF >/dev/null
+  -DDSV32_TSAN_TESTS=ON -DDSV32_BUILD_BENCHMARKS=OFF -DDSV32_CUDA=OFF -DDSV32_INSTALL=OFF >/dev/null
 args=()
 for t in "$@"; do args+=(--target "$t"); done
 nice -n "${DSV32_BUILD_NICE:-0}" cmake --build "$build" -j"${DSV32_BUILD_JOBS:-2}" "${args[@]}"

@@ -35,9 +35,10 @@ struct Cpu {
   static constexpr const char* name = "cpu";  ///< the backend's name in messages and tool output
 };
 
-/// \brief The CUDA backend tag (cuBLASLt plus dsv32's kernels). Reserved: this release specializes
-///        Memory and Kernels for Cpu (and the test backend testing::HostInvisible) only, so
-///        Transformer<C, Cuda> does not compile yet.
+/// \brief The CUDA backend tag (cuBLASLt plus dsv32's kernels): Memory<Cuda>, ExecutionContext<Cuda> and
+///        Kernels<Cuda> are specialized in <dsv32/cuda.hpp>, which a .cu file compiled by nvcc includes
+///        (docs/cuda.md); the host umbrella <dsv32/dsv32.hpp> does not, so there Transformer<C, Cuda>
+///        fails with the unspecialized traits' message.
 struct Cuda {
   static constexpr const char* name = "cuda";  ///< the backend's name in messages and tool output
 };
@@ -53,8 +54,8 @@ inline constexpr bool dependent_false = false;
 template <class Backend>
 struct Memory {
   static_assert(detail::dependent_false<Backend>,
-                "dsv32: no Memory<Backend> specialization for this backend (include its header; this release "
-                "implements Cpu and testing::HostInvisible)");
+                "dsv32: no Memory<Backend> specialization for this backend (include its header: "
+                "<dsv32/cuda.hpp> for Cuda, <dsv32/testing/host_invisible.hpp> for testing::HostInvisible)");
 };
 
 /// \brief What every kernel call of a backend runs in: a stream, library handles and a workspace for
@@ -71,8 +72,8 @@ struct ExecutionContext {
 template <class Backend>
 struct Kernels {
   static_assert(detail::dependent_false<Backend>,
-                "dsv32: no Kernels<Backend> specialization for this backend (include its header; this release "
-                "implements Cpu and testing::HostInvisible)");
+                "dsv32: no Kernels<Backend> specialization for this backend (include its header: "
+                "<dsv32/cuda.hpp> for Cuda, <dsv32/testing/host_invisible.hpp> for testing::HostInvisible)");
 };
 
 /// \brief The memory space of a backend's memory: `Memory<Backend>::space`.

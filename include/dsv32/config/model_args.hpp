@@ -123,10 +123,13 @@ struct ModelArgs {
   ///        limits above (kMaxShapeField, kMaxParameters).
   void validate(const std::string& source = "config") const {
     auto need = [&](bool ok, const char* what) { DSV32_CHECK(ok, invalid_config, source, ": ", what); };
+    // `self` rather than `*this` inside the lambda's decltype: nvcc's front end (CUDA 13) mistranslates
+    // the latter when a .cu file includes this header
+    const ModelArgs& self = *this;
     visit_fields([&](const char* key, auto... member) {
       if constexpr (sizeof...(member) == 1) {
-        if constexpr (std::is_same_v<std::decay_t<decltype(field(*this, member...))>, std::int64_t>) {
-          const std::int64_t value = field(*this, member...);
+        if constexpr (std::is_same_v<std::decay_t<decltype(field(self, member...))>, std::int64_t>) {
+          const std::int64_t value = field(self, member...);
           DSV32_CHECK(value <= kMaxShapeField, invalid_config, source, ": ", key, " is ", value, ", more than the ",
                       kMaxShapeField, " dsv32 accepts for a shape field");
         }

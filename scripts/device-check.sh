@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The one prepared GPU run of the CUDA backend: configures with CUDA for sm_90a (Hopper: H100, H200),
+# builds the CUDA test suite and the CUDA benchmark, runs them, and writes a summary and the raw output
+# under $OUT (default: <build>/device-check). Meant to finish in under 8 minutes on a 16-core H200 machine.
+#
+#   scripts/device-check.sh [DEPS_DIR]
+#
+# DEPS_DIR holds the header-only dependencies (Eigen, nlohmann/json, doctest) unpacked under DEPS_DIR/usr,
+# as scripts/prepare-device-deps.sh makes them (default: .device-deps); on a machine that has them
+# installed pass an empty folder or nothing. The tokenizer component is off (PCRE2 is a compiled
+# library that such a machine may lack). Environment: OUT, DSV32_DEVICE_BUILD (the build folder,
+# default build-device), DSV32_CUDA_ARCH (default 90a), DSV32_BENCH_REPS (default 10).
+# Exit status: 0 when the tests passed, 1 otherwise (the summary says which step failed).
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+deps="${1:-$root/.device-deps}"
+build="${DSV32_DEVICE_BUILD:-$root/build-device}"
+out="${OUT:-$build/device-check}"
+arch="${DSV32_CUDA_ARCH:-90a}"
+reps="${DSV32_BENCH_REPS:-10}"
+mkdir -p "$out"
+summary="$out/summary.txt"
+: >"$summary"
+start=$(date +%s)
+note() { echo "$*" | tee -a "$summary"; }
+elapsed() { echo "$(( $(date +%s) - start ))s"; }
+
+note "dsv32 device check: $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown) $(date -u +%FT%TZ)"
+(nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || echo "nvidia-smi failed") |
+  tee "$out/nvidia-smi.txt" | sed 's/^/  /' | tee -a "$summary"
+(nvcc --version 2>&1 | tail -1) | sed 's/^/  nvcc: /' | tee -a "$summary"
+
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+prefix=()
+[ -d "$deps/usr" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps/usr")
+if ! cmake -S "$root" -B "$build" "${generator[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=Release -DDSV32_CUDA=ON \
+     -DCMAKE_CUDA_ARCHITECTURES="$arch" -DDSV32_BUILD_TOKENIZER=OFF -DDSV32_INSTALL=OFF \
+     >"$out/configure.txt" 2>&1; then
+  note "configure: FAILED ($(elapsed)); see configure.txt"
+  tail -30 "$out/configure.txt"
+  exit 1
+fi
+note "configure: ok ($(elapsed))"
+
+jobs="$(nproc 2>/dev/null || echo 8)"
+if ! timeout 330 cmake --build "$build" -j"$jobs" --target dsv32_cuda_tests dsv32-bench-cuda >"$out/build.txt" 2>&1; then
+  note "build: FAILED ($(elapsed)); see build.txt"
+  grep -E "error|Error" "$out/build.txt" | head -40 | tee -a "$summary"
+  exit 1
+fi
+note "build: ok ($(elapsed))"
+
+status=0
+timeout 200 "$build/tests/dsv32_cuda_tests" --duration=true >"$out/tests.txt" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && ! grep -q "SKIPPED: no CUDA device" "$out/tests.txt"; then
+  note "tests: passed ($(elapsed))"
+else
+  [ $rc -eq 0 ] && note "tests: SKIPPED, no CUDA device ($(elapsed))" || note "tests: FAILED, exit $rc ($(elapsed))"
+  status=1
+fi
+grep -E "^\[doctest\] (test cases|assertions)|worst logits|heuristics cached|fell back|another order|FP8 probe" "$out/tests.txt" | sed 's/^/  /' | tee -a "$summary"
+grep -B3 -A12 "ERROR:" "$out/tests.txt" | head -120 >>"$summary"
+
+timeout 150 "$build/bench/dsv32-bench-cuda" "$reps" >"$out/bench.txt" 2>&1
+note "bench: exit $? ($(elapsed))"
+sed 's/^/  /' "$out/bench.txt" >>"$summary"
+note "total: $(elapsed)"
+exit $status

@@ -1,0 +1,267 @@
+// Host-side tests of the CUDA backend, run on every machine (no GPU, no CUDA toolkit needed): the
+// scalar numerics its kernels call (backend/cuda/numeric.hpp) against the CPU backend's on every bf16
+// pattern and E4M3 code, the routing and expert plan its kernels run per thread
+// (backend/cuda/routing.hpp) against cpu::route() and cpu::moe_plan(), and the planning of cuBLASLt
+// products, scale layouts and kernel launches (backend/cuda/plan.hpp).
+#include "dsv32/backend/cuda/numeric.hpp"
+#include "dsv32/backend/cuda/plan.hpp"
+#include "dsv32/backend/cuda/routing.hpp"
+
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <unordered_set>
+#include <vector>
+
+#include "dsv32/backend/cpu/attention.hpp"
+#include "dsv32/backend/cpu/moe.hpp"
+#include "dsv32/backend/cpu/quant.hpp"
+#include "support/test_support.hpp"
+
+namespace {
+
+namespace cu = dsv32::cuda;
+using dsv32::bf16;
+
+std::uint16_t bits_of(bf16 b) { return std::bit_cast<std::uint16_t>(b); }
+
+}  // namespace
+
+TEST_CASE("CUDA numerics: bf16 rounding equals Eigen's on every bf16 neighbourhood and random floats") {
+  std::mt19937 gen(1);
+  std::uniform_int_distribution<std::uint32_t> any;
+  int mismatches = 0;
+  for (std::uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (const std::uint32_t lo : {0x0000u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
+      const float f = std::bit_cast<float>(hi << 16 | lo);
+      mismatches += cu::float_to_bf16(f) != bits_of(bf16(f));
+    }
+  for (int i = 0; i < 1000000; ++i) {
+    const float f = std::bit_cast<float>(any(gen));
+    mismatches += cu::float_to_bf16(f) != bits_of(bf16(f));
+  }
+  CHECK(mismatches == 0);
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const float f = cu::bf16_to_float(static_cast<std::uint16_t>(b));
+    const float want = static_cast<float>(std::bit_cast<bf16>(static_cast<std::uint16_t>(b)));
+    CHECK((std::bit_cast<std::uint32_t>(f) == std::bit_cast<std::uint32_t>(want) || (std::isnan(f) && std::isnan(want))));
+  }
+}
+
+TEST_CASE("CUDA numerics: E4M3 decoding, exact integers and encoding equal the CPU's") {
+  for (unsigned c = 0; c < 256; ++c) {
+    CAPTURE(c);
+    const float want = dsv32::decode_e4m3(static_cast<std::uint8_t>(c));
+    const float got = cu::e4m3_to_float(static_cast<std::uint8_t>(c));
+    if (std::isnan(want)) {
+      CHECK(std::isnan(got));
+      CHECK(cu::e4m3_to_int(static_cast<std::uint8_t>(c)) == 0);
+    } else {
+      CHECK(std::bit_cast<std::uint32_t>(got) == std::bit_cast<std::uint32_t>(want));
+      CHECK(static_cast<double>(cu::e4m3_to_int(static_cast<std::uint8_t>(c))) == static_cast<double>(want) * 512.0);
+    }
+  }
+  std::mt19937 gen(2);
+  std::uniform_int_distribution<std::uint32_t> any;
+  std::normal_distribution<float> normal(0.0f, 100.0f);
+  int mismatches = 0;
+  for (std::uint32_t b = 0; b < 0x10000u; ++b) {
+    const float f = std::bit_cast<float>(b << 16);
+    mismatches += cu::float_to_e4m3(f) != dsv32::encode_e4m3(f);
+  }
+  for (int i = 0; i < 1000000; ++i) {
+    const float f = i % 2 ? std::bit_cast<float>(any(gen)) : normal(gen);
+    mismatches += cu::float_to_e4m3(f) != dsv32::encode_e4m3(f);
+  }
+  CHECK(mismatches == 0);
+}
+
+TEST_CASE("CUDA numerics: activation scales and quantized codes equal cpu::act_quant's") {
+  std::mt19937 gen(3);
+  std::lognormal_distribution<float> amax(0.0f, 4.0f);
+  std::normal_distribution<float> x(0.0f, 3.0f);
+  for (int i = 0; i < 100000; ++i) {
+    const float a = i == 0 ? 0.0f : amax(gen);
+    for (const auto fmt : {dsv32::ScaleFmt::none, dsv32::ScaleFmt::ue8m0}) {
+      const float s = cu::activation_scale(a, fmt == dsv32::ScaleFmt::ue8m0);
+      REQUIRE(std::bit_cast<std::uint32_t>(s) == std::bit_cast<std::uint32_t>(dsv32::cpu::activation_scale(a, fmt)));
+      const float v = x(gen) * a;
+      REQUIRE(cu::quantize_activation(v, s) == dsv32::encode_e4m3(std::clamp(v / s, -448.0f, 448.0f)));
+    }
+  }
+}
+
+TEST_CASE("CUDA numerics: exp rounded once from double is the C library's expf almost everywhere") {
+  std::mt19937 gen(4);
+  std::uniform_real_distribution<float> d(-80.0f, 80.0f);
+  int differ = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const float x = d(gen);
+    const float a = cu::exp_rounded(x), b = std::exp(x);
+    CHECK(std::fabs(a - b) <= std::fabs(b) * 1.2e-7f);  // one ulp at most
+    differ += a != b;
+  }
+  MESSAGE("exp_rounded differs from std::exp(float) on " << differ << " of " << n << " inputs (by one ulp)");
+  CHECK(differ <= n / 1000);
+}
+
+TEST_CASE("CUDA numerics: top-k keys order like cpu::top_k (scores, then the lower position)") {
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<int> small(-3, 3);
+  for (int round = 0; round < 50; ++round) {
+    const int n = 1 + round * 7;
+    std::vector<float> s(static_cast<std::size_t>(n));
+    for (auto& v : s) v = round % 3 == 0 ? static_cast<float>(small(gen)) : std::ldexp(static_cast<float>(small(gen)), small(gen));
+    if (n > 3) s[1] = -0.0f, s[2] = 0.0f, s[3] = -INFINITY;
+    std::vector<std::int32_t> want(static_cast<std::size_t>(n));
+    dsv32::cpu::top_k(s.data(), n, n, want.data());
+    std::vector<std::uint64_t> keys;
+    for (int i = 0; i < n; ++i) keys.push_back(cu::topk_key(s[i], i));
+    std::sort(keys.begin(), keys.end(), std::greater<>());
+    std::vector<std::int32_t> got;
+    for (auto k : keys) got.push_back(cu::topk_position(k));
+    CHECK(got == want);
+  }
+}
+
+TEST_CASE("CUDA routing: route_token and the expert plan equal cpu::route and cpu::moe_plan") {
+  std::mt19937 gen(6);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  struct Case {
+    dsv32::RoutingParams p;
+    std::int64_t E;
+    bool bias;
+  };
+  const std::vector<Case> cases = {
+      {{dsv32::ScoreFunc::sigmoid, 8, 4, 8, 2.5f}, 256, true},
+      {{dsv32::ScoreFunc::sigmoid, 2, 1, 3, 1.5f}, 8, true},
+      {{dsv32::ScoreFunc::sigmoid, 4, 2, 4, 1.0f}, 32, false},
+      {{dsv32::ScoreFunc::softmax, 1, 1, 6, 1.0f}, 64, false},
+      {{dsv32::ScoreFunc::softmax, 4, 2, 2, 1.0f}, 16, true},
+  };
+  for (const auto& c : cases) {
+    const std::int64_t T = 40, k = c.p.top_k;
+    std::vector<float> logits(static_cast<std::size_t>(T * c.E)), bias(static_cast<std::size_t>(c.E));
+    for (auto& v : logits) v = d(gen);
+    for (auto& v : bias) v = d(gen) * 0.05f;
+    if (c.E >= 8) logits[5] = logits[6];  // a tie
+    std::vector<float> w(static_cast<std::size_t>(T * k)), gw(w.size());
+    std::vector<std::int32_t> e(w.size()), ge(w.size());
+    dsv32::cpu::route({logits.data(), T, c.E, c.E}, c.bias ? bias.data() : nullptr, c.p, {w.data(), T, k, k},
+                      {e.data(), T, k, k});
+    cu::RouteFields f;
+    f.softmax = c.p.score_func == dsv32::ScoreFunc::softmax;
+    f.n_groups = static_cast<std::int32_t>(c.p.n_groups);
+    f.n_limited_groups = static_cast<std::int32_t>(c.p.n_limited_groups);
+    f.top_k = static_cast<std::int32_t>(k);
+    f.route_scale = c.p.route_scale;
+    std::vector<float> score(static_cast<std::size_t>(c.E)), select(static_cast<std::size_t>(c.E));
+    for (std::int64_t t = 0; t < T; ++t)
+      cu::route_token(logits.data() + t * c.E, c.bias ? bias.data() : nullptr, static_cast<std::int32_t>(c.E), f,
+                      score.data(), select.data(), gw.data() + t * k, ge.data() + t * k);
+    CHECK(ge == e);
+    CHECK(gw == w);  // exp_rounded equals std::exp on these inputs; the order of operations is the CPU's
+    const std::int64_t first = c.E / 4, local = c.E / 2;
+    std::vector<std::int32_t> rows(w.size()), offsets(static_cast<std::size_t>(local + 1)), grows(w.size());
+    std::vector<float> rw(w.size()), grw(w.size());
+    dsv32::cpu::moe_plan({e.data(), T, k, k}, {w.data(), T, k, k}, first, rows.data(), rw.data(), offsets.data(), local);
+    std::int32_t at = 0;
+    for (std::int64_t x = 0; x < local; ++x) {
+      CHECK(at == offsets[static_cast<std::size_t>(x)]);
+      cu::expert_rows(e.data(), w.data(), T, k, first, x, at, grows.data(), grw.data());
+      at += cu::expert_count(e.data(), T * k, first, x);
+    }
+    CHECK(at == offsets.back());
+    CHECK(std::equal(rows.begin(), rows.begin() + at, grows.begin()));
+    CHECK(std::equal(rw.begin(), rw.begin() + at, grw.begin()));
+  }
+}
+
+TEST_CASE("CUDA plan: cuBLASLt operands, FP8 scale layouts and scratch chunking") {
+  using dsv32::DType;
+  cu::GemmRequest r;
+  // bf16: A = W (op T, ld K), B = X (op N, ld = its row stride), D = Y (ld = its row stride), no scratch
+  r = {DType::BF16, false, 5, 1536, 7168, 7200, 1600, true};
+  auto p = cu::plan_linear(r, 1 << 20);
+  CHECK(p.a_type == cu::GemmType::bf16);
+  CHECK(p.transpose_a);
+  CHECK_FALSE(p.transpose_b);
+  CHECK(p.lda == 7168);
+  CHECK(p.ldb == 7200);
+  CHECK(p.ldd == 1600);
+  CHECK(p.scratch_bytes == 0);
+  CHECK(p.chunk_rows == 5);
+  // FP8 671B shape: block scales as the checkpoint stores them (56 K blocks, a multiple of 4)
+  r = {DType::F8_E4M3, false, 2048, 2048, 7168, 7168, 2048, true};
+  p = cu::plan_linear(r, 64u << 20);
+  CHECK(p.a_scale == cu::GemmScale::blk128x128);
+  CHECK(p.b_scale == cu::GemmScale::vec128);
+  CHECK(p.k_blocks == 56);
+  CHECK(p.w_scale_ld == 56);
+  CHECK_FALSE(p.repack_w_scales);
+  CHECK(p.chunk_rows % 4 == 0);
+  CHECK(p.scratch_bytes <= (64u << 20));
+  CHECK(p.x_scale_offset >= p.x_offset + static_cast<std::size_t>(p.chunk_rows * 7168));
+  // tiny FP8 shapes: 2 K blocks, repacked to 4; 3 rows padded to 4 and staged
+  r = {DType::F8_E4M3, false, 3, 160, 256, 256, 160, true};
+  p = cu::plan_linear(r, 1 << 20);
+  CHECK(p.repack_w_scales);
+  CHECK(p.w_scale_ld == 4);
+  CHECK(p.gemm_rows(3) == 4);
+  CHECK(p.stages_chunk(3));
+  CHECK(p.w_scale_offset % cu::kScratchAlignment == 0);
+  CHECK(p.d_offset % cu::kScratchAlignment == 0);
+  // an f32 weight with a bf16 result: widened X, f32 product staged and rounded
+  r = {DType::F32, false, 7, 300, 96, 96, 300, true};
+  p = cu::plan_linear(r, 1 << 20);
+  CHECK(p.input == cu::GemmInput::widened);
+  CHECK(p.output == cu::GemmOutput::staged);
+  CHECK(p.round_output);
+  // errors name the shapes
+  r = {DType::F8_E4M3, false, 64, 2048, 7168, 7168, 2048, true};
+  dsv32::test::check_error([&] { (void)cu::plan_linear(r, 4096); }, dsv32::ErrorKind::unsupported, {"scratch", "7168"});
+  r = {DType::F8_E4M3, true, 4, 64, 256, 256, 64, true};
+  dsv32::test::check_error([&] { (void)cu::plan_linear(r, 1 << 20); }, dsv32::ErrorKind::invalid_argument, {"F8_E4M3"});
+  r = {DType::F8_E4M3, false, 4, 64, 200, 200, 64, true};
+  dsv32::test::check_error([&] { (void)cu::plan_linear(r, 1 << 20); }, dsv32::ErrorKind::invalid_argument, {"128"});
+}
+
+TEST_CASE("CUDA plan: scale repacking, vector-scale layout, heuristic keys and launch shapes") {
+  const std::vector<float> src = {1, 2, 3, 4, 5, 6};  // [2 N blocks, 3 K blocks]
+  std::vector<float> dst(8, -1.0f);
+  cu::repack_block_scales(src.data(), 2, 3, dst.data());
+  CHECK(dst == std::vector<float>{1, 2, 3, 0, 4, 5, 6, 0});
+  CHECK(cu::block_scale_ld(7168) == 56);
+  CHECK(cu::block_scale_ld(256) == 4);
+  CHECK_FALSE(cu::block_scales_need_repack(7168));
+  CHECK(cu::block_scales_need_repack(1536 + 128));
+  const std::vector<float> act = {1, 2, 3, 4, 5, 6};  // [3 rows, 2 blocks]
+  std::vector<float> vec(8);
+  cu::to_vector_scale_layout(act.data(), 3, 2, 4, vec.data());
+  CHECK(vec == std::vector<float>{1, 3, 5, 1, 2, 4, 6, 1});
+  cu::GemmRequest r{dsv32::DType::BF16, false, 5, 64, 96, 96, 64, true};
+  const auto p = cu::plan_linear(r, 0);
+  const auto k1 = cu::gemm_key(p, 5, 0x1000, 0x2000, 0x3000), k2 = cu::gemm_key(p, 5, 0x1000, 0x2010, 0x3000);
+  CHECK_FALSE(k1 == k2);  // another alignment of B: another heuristic query
+  CHECK(k2.align_b == 16);
+  CHECK(k1 == cu::gemm_key(p, 5, 0x5000, 0x6000, 0x7000));
+  CHECK(cu::GemmKeyHash{}(k1) == cu::GemmKeyHash{}(cu::gemm_key(p, 5, 0x5000, 0x6000, 0x7000)));
+  CHECK(cu::alignment_of(0) == 256);
+  CHECK(cu::alignment_of(6) == 2);
+  CHECK(cu::elementwise_launch(10).blocks == 1);
+  CHECK(cu::elementwise_launch(std::int64_t{1} << 40).blocks == cu::kMaxGridBlocks);
+  CHECK(cu::next_pow2(2048) == 2048);
+  CHECK(cu::next_pow2(2049) == 4096);
+  const auto ip = cu::plan_indexer(64, 128, 2048, 64, 4096, 64u << 20, 227u << 10);
+  CHECK(ip.sort_capacity == 2048);
+  CHECK(ip.rows_per_pass == 64);
+  dsv32::test::check_error([] { (void)cu::plan_indexer(64, 128, 2048, 64, 1 << 30, 1024, 227u << 10); },
+                           dsv32::ErrorKind::unsupported, {"scratch"});
+  dsv32::test::check_error([] { (void)cu::plan_sparse_attention(128, 64, 1 << 20, 227u << 10); },
+                           dsv32::ErrorKind::unsupported, {"shared memory"});
+}
