@@ -417,7 +417,7 @@ void check_shard(const ModelArgs& a, const dsv32::TensorSource* source, int worl
       if (p.dtype() == DType::F32) expect += " (or BF16)";
       s.mismatched.push_back(note(name, expect, describe(t->dtype, t->shape)));
     }
-  });
+  }, dsv32::TableMode::instances, world, s.rank);
   if (!source) return;
   for (const std::string& name : source->names())
     if (!expected.count(name)) {
