@@ -50,7 +50,9 @@ TEST_CASE("Error: kind, to_string and the 'dsv32 [kind]: message' format") {
       {ErrorKind::invalid_file, "invalid_file"},         {ErrorKind::io, "io"},
       {ErrorKind::unsupported, "unsupported"},           {ErrorKind::state, "state"},
       {ErrorKind::out_of_memory, "out_of_memory"}};
-  for (const auto& [kind, name] : kinds) {
+  for (const auto& entry : kinds) {
+    const ErrorKind kind = entry.first;
+    const char* const name = entry.second;  // not a structured binding: CAPTURE's lambda takes it
     CAPTURE(name);
     CHECK(std::string(dsv32::to_string(kind)) == name);
     const Error e(kind, "something went wrong");
