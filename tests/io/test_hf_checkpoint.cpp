@@ -203,7 +203,9 @@ TEST_CASE("hf names: every golden tensor maps to Hugging Face's name and back, a
       {"model.layers.60.mlp.experts.255.down_proj.weight_scale_inv", "layers.60.ffn.experts.255.w2.scale"},
       {"model.layers.60.mlp.shared_experts.up_proj.weight", "layers.60.ffn.shared_experts.w3.weight"},
   };
-  for (const auto& [hf, ds] : table) {
+  for (const auto& entry : table) {
+    const auto& hf = entry.first;  // not structured bindings: CAPTURE's lambda takes them
+    const auto& ds = entry.second;
     CAPTURE(hf);
     CHECK(dsv32::dsv32_name_from_hf(hf, 61) == ds);
     CHECK(dsv32::hf_name_from_dsv32(ds) == hf);

@@ -187,7 +187,9 @@ TEST_CASE("Transformer<TinyFp8PlainScale>: FP8 weights list their .scale with sh
       {"layers.0.ffn.w2", Shape{256, 512}},        {"layers.2.ffn.experts.15.w2", Shape{256, 128}},
       {"layers.2.ffn.shared_experts.w3", Shape{128, 256}},
   };
-  for (const auto& [prefix, shape] : fp8) {
+  for (const auto& entry : fp8) {
+    const auto& prefix = entry.first;  // not structured bindings: CAPTURE's lambda takes them
+    const auto& shape = entry.second;
     CAPTURE(prefix);
     const std::string w = std::string(prefix) + ".weight", s = std::string(prefix) + ".scale";
     REQUIRE(m.count(w) == 1);
