@@ -429,6 +429,31 @@ TEST_CASE("Transformer::forward: a prefill in two chunks gives the one-shot pref
   CHECK(derr <= 1e-6 * max_abs(after_once.values));
 }
 
+TEST_CASE_TEMPLATE("Transformer::forward: the last block's FFN on the last rows only gives the full pass's logits bit for bit",
+                   Config, dsv32::TinyBf16, dsv32::TinyFp8Ue8m0Yarn, dsv32::TinyFp8PlainScale) {
+  static_assert(Config::n_layers > Config::n_dense_layers, "the last block should be an MoE");
+  dsv32::Transformer<Config> model(tiny_options());
+  model.init_random(31);
+  const std::int64_t batch = 2, seq = 13;
+  const auto tokens = random_tokens(batch * seq, 32, Config::vocab_size);
+  const std::vector<std::int32_t> step = {7, 8};
+  const dsv32::Logits full = model.forward(tokens, batch, 0, {.full_last_block = true});
+  const dsv32::Logits full_next = model.forward(step, batch, seq, {.full_last_block = true});
+  model.reset();
+  const dsv32::Logits skipped = model.forward(tokens, batch, 0);  // the default: last rows only
+  const dsv32::Logits skipped_next = model.forward(step, batch, seq);
+  REQUIRE(full.values.size() == static_cast<std::size_t>(batch * Config::vocab_size));
+  CHECK(max_abs(full.values) > 0.0);
+  CHECK(skipped.values == full.values);
+  CHECK(skipped_next.values == full_next.values);  // the caches the skipped rows filled are the same
+  // and a batch of one sequence of one token (seq == 1: nothing to skip) is unaffected
+  model.reset();
+  const dsv32::Logits one = model.forward(std::vector<std::int32_t>{3, 4}, batch, 0);
+  model.reset();
+  const dsv32::Logits one_full = model.forward(std::vector<std::int32_t>{3, 4}, batch, 0, {.full_last_block = true});
+  CHECK(one.values == one_full.values);
+}
+
 TEST_CASE("Transformer::init_random is deterministic in its seed") {
   const auto opts = tiny_options();
   dsv32::Transformer<TinyBf16> a(opts), b(opts), c(opts);

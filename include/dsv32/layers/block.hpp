@@ -69,8 +69,13 @@ class Block {
   /// \param first    whether this is the first block (no residual yet)
   /// \param rope     the model's RoPE table
   /// \param s        scratch shared by all blocks
+  /// \param ffn_last_only run the feed-forward only on the last position of each sequence (rows
+  ///        `seq - 1`, `2 seq - 1`, ... of h; the other rows of h are left as they were): what the
+  ///        last block needs when only the last position's logits are returned. The attention (and
+  ///        its caches) still runs on every position; the rows it computes are bit for bit those of
+  ///        the full FFN (each row's FFN depends on that row only).
   void forward(ForwardContext<Backend>& ctx, MatrixView<bf16, space> h, MatrixView<bf16, space> residual, bool first,
-               const RopeTable<Backend>& rope, BlockScratch<Backend>& s) {
+               const RopeTable<Backend>& rope, BlockScratch<Backend>& s, bool ffn_last_only = false) {
     ctx.layer = layer_id_;
     s.x.resize(Shape{h.rows, Config::dim});
     s.attn.resize(Shape{h.rows, Config::dim});
@@ -85,10 +90,20 @@ class Block {
       with_host_view(ctx, MatrixView<const bf16, space>(s.attn.mat()),
                      [&](MatrixView<const bf16> a) { ctx.observer->on_attention(layer_id_, a); });
     ffn_norm_.forward(ctx, s.attn.mat(), residual, s.x.mat());
-    if (dense_)
-      dense_->forward(ctx, s.x.mat(), s.mlp, h);
-    else
-      moe_->forward(ctx, s.x.mat(), s.moe, h);
+    if (ffn_last_only && ctx.seq > 1) {
+      // the last rows of x moved to rows [0, batch) (row b <- row b seq + seq - 1, never the same
+      // row, increasing b reads each source before it is overwritten), the FFN on those, its
+      // outputs (in attn, free once ffn_norm has read it) copied to the last rows of h
+      const std::size_t row_bytes = static_cast<std::size_t>(Config::dim) * sizeof(bf16);
+      const std::int64_t last = ctx.seq - 1;
+      for (std::int64_t b = 0; b < ctx.batch; ++b)
+        Memory<Backend>::copy_async(*ctx.exec, s.x.mat().row(b), s.x.mat().row(b * ctx.seq + last), row_bytes);
+      ffn(ctx, s.x.mat().middle_rows(0, ctx.batch), s, s.attn.mat().middle_rows(0, ctx.batch));
+      for (std::int64_t b = 0; b < ctx.batch; ++b)
+        Memory<Backend>::copy_async(*ctx.exec, h.row(b * ctx.seq + last), s.attn.mat().row(b), row_bytes);
+    } else {
+      ffn(ctx, s.x.mat(), s, h);
+    }
     if (ctx.observer)
       with_host_view(ctx, MatrixView<const bf16, space>(h), [&](MatrixView<const bf16> x) {
         with_host_view(ctx, MatrixView<const bf16, space>(residual),
@@ -102,6 +117,14 @@ class Block {
   void allocate_caches(const RuntimeOptions& o) { attn_.allocate_caches(o); }
 
  private:
+  void ffn(ForwardContext<Backend>& ctx, MatrixView<const bf16, space> x, BlockScratch<Backend>& s,
+           MatrixView<bf16, space> out) {
+    if (dense_)
+      dense_->forward(ctx, x, s.mlp, out);
+    else
+      moe_->forward(ctx, x, s.moe, out);
+  }
+
   std::string prefix() const { return "layers." + std::to_string(layer_id_) + "."; }
 
   int layer_id_ = 0;
