@@ -231,7 +231,7 @@ double fma_peak_gflops(cpu::Isa isa) {
     {
       double sink = 0;
 #if defined(DSV32_CPU_X86)
-      if (isa == cpu::Isa::avx512) {
+      if (isa >= cpu::Isa::avx512) {
         sink = fma_chains_avx512(iters);
         flops_per_thread += 2.0 * 16 * 16 * static_cast<double>(iters);
       } else if (isa == cpu::Isa::avx2) {

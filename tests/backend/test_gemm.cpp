@@ -120,7 +120,8 @@ std::vector<bf16> reference_fp8_linear(const std::vector<bf16>& x, std::int64_t 
   return y;
 }
 
-// The fast mode's formula: the same, with each block's dot summed in f32 in increasing k.
+// The fast mode's formula: the same, with each block's dot summed in f32 in VDPBF16PS's order: from
+// +0, per pair of columns (2p, 2p + 1) first the odd column's product, then the even one's.
 std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
                                             ScaleFmt fmt) {
   const std::int64_t k = w.in, kb = k / 128, sc = kb;
@@ -134,10 +135,11 @@ std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int
       float acc = 0.0f;
       for (std::int64_t b = 0; b < kb; ++b) {
         float dot = 0.0f;
-        for (std::int64_t i = b * 128; i < (b + 1) * 128; ++i) {
-          const float p = static_cast<float>(e4m3_value(xq[r * k + i]) * e4m3_value(w.codes[n * k + i]));  // exact
-          dot += p;
-        }
+        for (std::int64_t i = b * 128; i < (b + 1) * 128; i += 2)
+          for (const std::int64_t c : {i + 1, i}) {
+            const float p = static_cast<float>(e4m3_value(xq[r * k + c]) * e4m3_value(w.codes[n * k + c]));  // exact
+            dot += p;
+          }
         const float scale = xs[r * kb + b] * w.scale[(n / 128) * sc + b];
         acc += dot * scale;
       }
@@ -167,6 +169,7 @@ std::vector<cpu::Isa> isas_here() {
   std::vector<cpu::Isa> v{cpu::Isa::portable};
   if (cpu::detected_isa() >= cpu::Isa::avx2) v.push_back(cpu::Isa::avx2);
   if (cpu::detected_isa() >= cpu::Isa::avx512) v.push_back(cpu::Isa::avx512);
+  if (cpu::detected_isa() >= cpu::Isa::avx512_bf16) v.push_back(cpu::Isa::avx512_bf16);
   return v;
 }
 

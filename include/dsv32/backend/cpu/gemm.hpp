@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <vector>
 
@@ -76,6 +77,7 @@ inline float* thread_scratch(std::size_t slot, std::size_t n) {
 inline const simd::GemmOps& gemm_ops() {
 #if defined(DSV32_CPU_X86)
   switch (active_isa()) {
+    case Isa::avx512_bf16: return simd::avx512_bf16_ops();
     case Isa::avx512: return simd::avx512_ops();
     case Isa::avx2: return simd::avx2_ops();
     default: break;
@@ -219,8 +221,20 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
   });
 }
 
+/// out[p * width + j] = bf16 bits of f[2p][j] (low half) and f[2p + 1][j] (high half), for p < pairs and
+/// j < width (f is [2 pairs][width]); the f32 values must be exact in bf16 (E4M3 values are), so the
+/// bits are cut, not rounded.
+inline void bf16_pairs(const float* f, int pairs, int width, std::uint32_t* out) {
+  for (int p = 0; p < pairs; ++p) {
+    const float* even = f + 2 * p * width;
+    const float* odd = even + width;
+    for (int j = 0; j < width; ++j)
+      out[p * width + j] = (std::bit_cast<std::uint32_t>(odd[j]) & 0xFFFF0000u) | (std::bit_cast<std::uint32_t>(even[j]) >> 16);
+  }
+}
+
 /// y = dequant(xq) dequant(W)^T for an F8_E4M3 weight: per 128-wide block the dot of E4M3 values
-/// (exact, or f32 in the fast mode), rounded to f32, times xs[m, kb] * w_scale[n / 128, kb], summed
+/// (exact, or f32 in the fast mode in VDPBF16PS's order, simd/gemm_ops.hpp), rounded to f32, times xs[m, kb] * w_scale[n / 128, kb], summed
 /// over the blocks in increasing k in f32 — the reference's arithmetic. store() as dense_product().
 template <class Store>
 void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* xs, std::int64_t M,
@@ -282,17 +296,24 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
                              scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
           }
       } else {
-        float* bp = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nc));
-        float* ap = gemm_scratch<float>(0, static_cast<std::size_t>(kPanelK * mc));
-        for (std::int64_t p = 0; p < cols; p += nr)
-          ops.pack_e4m3(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), kPanelK,
-                        bp + p * kPanelK);
-        for (std::int64_t i = 0; i < rows; ++i) ops.widen_e4m3(xq + (m0 + i) * K + k0, kPanelK, ap + i * kPanelK);
+        // values as bf16 pairs (exact): the weight panel [64][nr] per nr rows, x rows of 64 pairs
+        constexpr int kPairs = kPanelK / 2;
+        std::uint32_t* bp = gemm_scratch<std::uint32_t>(0, static_cast<std::size_t>(kPairs * nc));
+        std::uint32_t* ap = gemm_scratch<std::uint32_t>(1, static_cast<std::size_t>(kPairs * mc));
+        float* wide = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nr));
+        for (std::int64_t p = 0; p < cols; p += nr) {
+          ops.pack_e4m3(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), kPanelK, wide);
+          bf16_pairs(wide, kPairs, nr, bp + p * kPairs);
+        }
+        for (std::int64_t i = 0; i < rows; ++i) {
+          ops.widen_e4m3(xq + (m0 + i) * K + k0, kPanelK, wide);
+          bf16_pairs(wide, kPairs, 1, ap + i * kPairs);
+        }
         alignas(64) float dot[16 * 32];
         for (std::int64_t p = 0; p < cols; p += nr)
           for (std::int64_t i = 0; i < rows; i += mr) {
             const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
-            ops.micro_exact_products(h, kPanelK, ap + i * kPanelK, kPanelK, bp + p * kPanelK, nr, dot, nr, false);
+            ops.fp8_pair_dots(h, ap + i * kPairs, kPairs, bp + p * kPairs, dot, nr);
             ops.epilogue_f32(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
                              scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
           }

@@ -178,6 +178,61 @@ DSV32_TARGET_AVX512 inline void micro_rounded_products(int mr, int kc, const flo
   micro32_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
 
+/// fp8_pair_dots for MR rows x 32 weight rows: VDPBF16PS (kDot) or, on CPUs without AVX512_BF16,
+/// the same two additions per pair as FMAs, the odd column first.
+template <int MR, bool kDot>
+DSV32_TARGET_AVX512_BF16 void pair_dots32(const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, float* dot,
+                                          std::int64_t ldd) {
+  __m512 d0[MR], d1[MR];
+  for (int i = 0; i < MR; ++i) d0[i] = d1[i] = _mm512_setzero_ps();
+  for (int p = 0; p < 64; ++p) {
+    const __m512i b0 = _mm512_loadu_si512(b + p * 32), b1 = _mm512_loadu_si512(b + p * 32 + 16);
+    if constexpr (kDot) {
+      for (int i = 0; i < MR; ++i) {
+        const __m512i ap = _mm512_set1_epi32(static_cast<int>(a[i * lda + p]));
+        d0[i] = _mm512_dpbf16_ps(d0[i], reinterpret_cast<__m512bh>(ap), reinterpret_cast<__m512bh>(b0));
+        d1[i] = _mm512_dpbf16_ps(d1[i], reinterpret_cast<__m512bh>(ap), reinterpret_cast<__m512bh>(b1));
+      }
+    } else {
+      const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+      const __m512 bo0 = _mm512_castsi512_ps(_mm512_and_si512(b0, hi)), be0 = _mm512_castsi512_ps(_mm512_slli_epi32(b0, 16));
+      const __m512 bo1 = _mm512_castsi512_ps(_mm512_and_si512(b1, hi)), be1 = _mm512_castsi512_ps(_mm512_slli_epi32(b1, 16));
+      for (int i = 0; i < MR; ++i) {
+        const __m512i ap = _mm512_set1_epi32(static_cast<int>(a[i * lda + p]));
+        const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(ap, hi)), ae = _mm512_castsi512_ps(_mm512_slli_epi32(ap, 16));
+        d0[i] = _mm512_fmadd_ps(ao, bo0, d0[i]);
+        d1[i] = _mm512_fmadd_ps(ao, bo1, d1[i]);
+        d0[i] = _mm512_fmadd_ps(ae, be0, d0[i]);
+        d1[i] = _mm512_fmadd_ps(ae, be1, d1[i]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i) {
+    _mm512_storeu_ps(dot + i * ldd, d0[i]);
+    _mm512_storeu_ps(dot + i * ldd + 16, d1[i]);
+  }
+}
+
+template <bool kDot>
+DSV32_TARGET_AVX512_BF16 void pair_dots32_any(int mr, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
+                                              float* dot, std::int64_t ldd) {
+  int i = 0;
+  for (; i + 12 <= mr; i += 12) pair_dots32<12, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd);
+  if (mr - i >= 8) pair_dots32<8, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 8;
+  if (mr - i >= 4) pair_dots32<4, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 4;
+  if (mr - i >= 2) pair_dots32<2, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 2;
+  if (mr - i >= 1) pair_dots32<1, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd);
+}
+
+DSV32_TARGET_AVX512 inline void fp8_pair_dots_fma(int mr, const std::uint32_t* a, std::int64_t lda,
+                                                  const std::uint32_t* b, float* dot, std::int64_t ldd) {
+  pair_dots32_any<false>(mr, a, lda, b, dot, ldd);
+}
+DSV32_TARGET_AVX512_BF16 inline void fp8_pair_dots_bf16(int mr, const std::uint32_t* a, std::int64_t lda,
+                                                        const std::uint32_t* b, float* dot, std::int64_t ldd) {
+  pair_dots32_any<true>(mr, a, lda, b, dot, ldd);
+}
+
 /// c[i][0..16) = sum_k a[i * lda + k] b[k][0..16) in double, i < MR.
 template <int MR>
 DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
@@ -397,6 +452,19 @@ inline const GemmOps& avx512_ops() {
     o.widen_e4m3_f64 = avx512::widen_e4m3_f64;
     o.dequant_e4m3 = avx512::dequant_e4m3;
     o.e4m3_rows = avx512::e4m3_rows;
+    o.fp8_pair_dots = avx512::fp8_pair_dots_fma;
+    return o;
+  }();
+  return ops;
+}
+
+/// \brief The AVX-512 table with VDPBF16PS for the fast FP8 block dots (only call where
+///        detected_isa() is Isa::avx512_bf16). Every other entry is the AVX-512 one.
+inline const GemmOps& avx512_bf16_ops() {
+  static const GemmOps ops = [] {
+    GemmOps o = avx512_ops();
+    o.isa = Isa::avx512_bf16;
+    o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
     return o;
   }();
   return ops;

@@ -10,8 +10,11 @@
 ///   rounding per addition; a bf16 x bf16 product is exact in f32 (so an FMA equals a multiply and an
 ///   add), an f32-weight product is rounded to f32 before it is added (never fused);
 /// - FP8 block dots: exact (double holds every partial sum of 128 E4M3 products) in the exact mode,
-///   or the f32 sum in increasing k in the fast mode; then `c += f32(dot) * (x_scale * w_scale)`
-///   with each operation rounded separately, blocks in increasing k.
+///   or in the fast mode an f32 sum in the order of the AVX512_BF16 instruction VDPBF16PS: from +0,
+///   for each pair of columns (2p, 2p + 1) in increasing p, first the product of column 2p + 1 then
+///   that of column 2p added, each addition rounded to f32 (every product of two E4M3 values is exact
+///   in f32); then `c += f32(dot) * (x_scale * w_scale)` with each operation rounded separately,
+///   blocks in increasing k.
 /// E4M3 weight codes 0x7F / 0xFF (NaN in E4M3FN; published checkpoints have none) read as +-480.
 #pragma once
 
@@ -68,6 +71,14 @@ struct GemmOps {
   /// The same for f32 block dots (fast mode).
   void (*epilogue_f32)(int mr, int n, const float* dot, std::int64_t ldd, const float* scale, float* c,
                        std::int64_t ldc) = nullptr;
+
+  /// The fast FP8 block dots (see the file comment for their order): dot[i][j] for i < mr, j < nr,
+  /// over one 128-column block. a and b hold the E4M3 values as pairs of bf16 (dword p of a row:
+  /// bf16(v[2p]) in the low half, bf16(v[2p + 1]) in the high half; exact): a's rows have 64 pairs,
+  /// lda dwords apart; b is a packed panel [64][nr]. VDPBF16PS where the CPU has AVX512_BF16, the
+  /// same additions on FMAs (an exact product fused with its addition rounds as the addition) elsewhere.
+  void (*fp8_pair_dots)(int mr, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, float* dot,
+                        std::int64_t ldd) = nullptr;
 
   /// The small-M exact FP8 product, weight rows streamed once: for m < M (<= 8), r < rows and
   /// blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) * (xs[m][kb] * ws[kb]).

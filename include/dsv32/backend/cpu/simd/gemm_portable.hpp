@@ -105,6 +105,24 @@ DSV32_NO_FP_CONTRACT inline void micro_rounded_products(int mr, int kc, const fl
     for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
 }
 
+inline void fp8_pair_dots(int mr, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, float* dot,
+                          std::int64_t ldd) {
+  constexpr int nr = 16;
+  auto odd = [](std::uint32_t d) { return std::bit_cast<float>(d & 0xFFFF0000u); };
+  auto even = [](std::uint32_t d) { return std::bit_cast<float>(d << 16); };
+  for (int i = 0; i < mr; ++i) {
+    float acc[nr] = {};
+    for (int p = 0; p < 64; ++p) {
+      const std::uint32_t ap = a[i * lda + p];
+      for (int j = 0; j < nr; ++j) {
+        acc[j] += odd(ap) * odd(b[p * nr + j]);  // exact products: fusing is harmless
+        acc[j] += even(ap) * even(b[p * nr + j]);
+      }
+    }
+    for (int j = 0; j < nr; ++j) dot[i * ldd + j] = acc[j];
+  }
+}
+
 inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
                       std::int64_t ldc) {
   constexpr int nr = 8;
@@ -197,6 +215,7 @@ inline const GemmOps& portable_ops() {
     o.widen_e4m3_f64 = portable::widen_e4m3_f64;
     o.dequant_e4m3 = portable::dequant_e4m3;
     o.e4m3_rows = portable::e4m3_rows;
+    o.fp8_pair_dots = portable::fp8_pair_dots;
     return o;
   }();
   return ops;

@@ -2,8 +2,9 @@
 /// \brief CPU: which instruction set the hot kernels run on, chosen at run time.
 ///
 /// The build has no -march flags (nor do the programs that embed dsv32), so the kernels that matter
-/// are compiled several times with GCC/Clang target attributes — AVX-512 (F, BW, DQ, VL), AVX2 + FMA +
-/// F16C, and portable C++ — and one is picked per call from what the CPU reports. Every path computes
+/// are compiled several times with GCC/Clang target attributes — AVX-512 (F, BW, DQ, VL; with
+/// AVX512_BF16 where the CPU has it), AVX2 + FMA + F16C, and portable C++ — and one is picked per
+/// call from what the CPU reports. Every path computes
 /// the same operations in the same order, so every path gives bit-identical results; tests force
 /// each path in turn with set_isa().
 #pragma once
@@ -22,11 +23,13 @@ enum class Isa {
   portable = 0,  ///< plain C++ (any CPU, any compiler)
   avx2 = 1,      ///< x86-64 AVX2 + FMA + F16C (Haswell, Zen 1 and later)
   avx512 = 2,    ///< x86-64 AVX-512 F + BW + DQ + VL (Skylake-SP, Ice Lake, Zen 4 and later)
+  avx512_bf16 = 3,  ///< AVX-512 with AVX512_BF16 dot products (Cooper Lake, Sapphire Rapids, Zen 4 and later)
 };
 
 /// \brief The name of an ISA level, as the DSV32_CPU_ISA environment variable takes it.
 constexpr std::string_view isa_name(Isa isa) noexcept {
   switch (isa) {
+    case Isa::avx512_bf16: return "avx512_bf16";
     case Isa::avx512: return "avx512";
     case Isa::avx2: return "avx2";
     default: return "portable";
@@ -38,6 +41,8 @@ constexpr std::string_view isa_name(Isa isa) noexcept {
 #define DSV32_CPU_X86 1
 #define DSV32_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
 #define DSV32_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2")))
+#define DSV32_TARGET_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi2")))
 #include <cpuid.h>
 #endif
 
@@ -46,11 +51,14 @@ inline Isa detected_isa() noexcept {
 #if defined(DSV32_CPU_X86)
   static const Isa isa = [] {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma"))
-      return Isa::avx512;
-    // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c"
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma")) {
+      // AVX512_BF16: CPUID leaf 7, sub-leaf 1, EAX bit 5
+      const bool bf16 = __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) != 0 && (eax & (1u << 5)) != 0;
+      return bf16 ? Isa::avx512_bf16 : Isa::avx512;
+    }
+    // F16C from CPUID leaf 1 (ECX bit 29): clang's __builtin_cpu_supports does not know "f16c"
     const bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 29)) != 0;
     if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c && __builtin_cpu_supports("bmi2"))
       return Isa::avx2;
@@ -65,19 +73,20 @@ inline Isa detected_isa() noexcept {
 namespace detail {
 inline std::atomic<int>& isa_override() {
   static std::atomic<int> value = [] {
-    // DSV32_CPU_ISA=portable|avx2|avx512 caps the level for the whole process (for A/B runs)
+    // DSV32_CPU_ISA=portable|avx2|avx512|avx512_bf16 caps the level for the whole process (A/B runs)
     const char* env = std::getenv("DSV32_CPU_ISA");
     const std::string_view v = env ? env : "";
     if (v == "portable") return static_cast<int>(Isa::portable);
     if (v == "avx2") return static_cast<int>(Isa::avx2);
-    return static_cast<int>(Isa::avx512);
+    if (v == "avx512") return static_cast<int>(Isa::avx512);
+    return static_cast<int>(Isa::avx512_bf16);
   }();
   return value;
 }
 }  // namespace detail
 
 /// \brief The level the kernels use now: the detected one, capped by set_isa() or by the
-///        environment variable DSV32_CPU_ISA (portable, avx2 or avx512) read at first use.
+///        environment variable DSV32_CPU_ISA (portable, avx2, avx512 or avx512_bf16) read at first use.
 inline Isa active_isa() noexcept {
   const int cap = detail::isa_override().load(std::memory_order_relaxed);
   const int have = static_cast<int>(detected_isa());
