@@ -10,6 +10,10 @@
 /// dsv32::Transformer<MyConfig, dsv32::Cuda> model(options, dsv32::Parallel::from(comm));
 /// \endcode
 ///
+/// NcclCommunicator itself does not depend on MPI (a single process, or a program that hands the id
+/// over by other means, needs none): "constructing it from MPI" is constructing it from the
+/// NcclBootstrap made here, from an MPI_Comm or an MpiCommunicator.
+///
 /// Host header; needs both optional components: link dsv32::nccl and dsv32::mpi.
 #pragma once
 
