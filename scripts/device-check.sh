@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # The one prepared GPU run of the CUDA backend: configures with CUDA for sm_90a (Hopper: H100, H200),
-# builds the CUDA test suite and the CUDA benchmark, runs them, and writes a summary and the raw output
-# under $OUT (default: <build>/device-check). Meant to finish in under 8 minutes on a 16-core H200 machine.
+# builds the CUDA test suite, the NCCL test (NcclCommunicator at world size 1, no MPI needed) and the
+# CUDA benchmark, runs them, and writes a summary and the raw output under $OUT (default:
+# <build>/device-check). Meant to finish in under 8 minutes on a 16-core H200 machine.
+#
+# NCCL: taken from the CUDA toolkit (CUDA 13 ships nccl.h and libnccl); where the toolkit lacks it, from
+# the python3 wheel nvidia-nccl-cu13 if installed (NCCL_ROOT = the wheel's nvidia/nccl folder; too big
+# to carry: libnccl is ~200 MB). Without either the NCCL test is reported "not built" and the rest runs.
 #
 #   scripts/device-check.sh [DEPS_DIR]
 #
@@ -34,7 +39,12 @@ generator=()
 command -v ninja >/dev/null && generator=(-G Ninja)
 prefix=()
 [ -d "$deps/usr" ] && prefix=(-DCMAKE_PREFIX_PATH="$deps/usr")
-if ! cmake -S "$root" -B "$build" "${generator[@]}" "${prefix[@]}" -DCMAKE_BUILD_TYPE=Release -DDSV32_CUDA=ON \
+nccl=()
+if [ -z "${NCCL_ROOT:-}" ] && ! ls /usr/local/cuda/include/nccl.h >/dev/null 2>&1; then
+  wheel="$(python3 -c 'import nvidia.nccl as m; print(list(m.__path__)[0])' 2>/dev/null || true)"
+  [ -n "$wheel" ] && [ -f "$wheel/include/nccl.h" ] && nccl=(-DNCCL_ROOT="$wheel")
+fi
+if ! cmake -S "$root" -B "$build" "${generator[@]}" "${prefix[@]}" "${nccl[@]}" -DCMAKE_BUILD_TYPE=Release -DDSV32_CUDA=ON \
      -DCMAKE_CUDA_ARCHITECTURES="$arch" -DDSV32_BUILD_TOKENIZER=OFF -DDSV32_INSTALL=OFF \
      >"$out/configure.txt" 2>&1; then
   note "configure: FAILED ($(elapsed)); see configure.txt"
@@ -42,9 +52,16 @@ if ! cmake -S "$root" -B "$build" "${generator[@]}" "${prefix[@]}" -DCMAKE_BUILD
   exit 1
 fi
 note "configure: ok ($(elapsed))"
+targets=(dsv32_cuda_tests dsv32-bench-cuda)
+if grep -q "the dsv32::nccl component is built" "$out/configure.txt"; then
+  targets+=(dsv32_nccl_tests)
+  note "  $(grep -o "NCCL [0-9.]*: the dsv32::nccl component is built.*" "$out/configure.txt")"
+else
+  note "  NCCL: not found; the NCCL test is not built"
+fi
 
 jobs="$(nproc 2>/dev/null || echo 8)"
-if ! timeout 330 cmake --build "$build" -j"$jobs" --target dsv32_cuda_tests dsv32-bench-cuda >"$out/build.txt" 2>&1; then
+if ! timeout 330 cmake --build "$build" -j"$jobs" --target "${targets[@]}" >"$out/build.txt" 2>&1; then
   note "build: FAILED ($(elapsed)); see build.txt"
   grep -E "error|Error" "$out/build.txt" | head -40 | tee -a "$summary"
   exit 1
@@ -62,6 +79,21 @@ else
 fi
 grep -E "^\[doctest\] (test cases|assertions)|worst logits|heuristics cached|fell back|another order|FP8 probe" "$out/tests.txt" | sed 's/^/  /' | tee -a "$summary"
 grep -B3 -A12 "ERROR:" "$out/tests.txt" | head -120 >>"$summary"
+
+if [[ " ${targets[*]} " == *" dsv32_nccl_tests "* ]]; then
+  timeout 60 "$build/tests/dsv32_nccl_tests" --duration=true >"$out/nccl.txt" 2>&1
+  rc=$?
+  if [ $rc -eq 0 ] && ! grep -q "SKIPPED: no CUDA device" "$out/nccl.txt"; then
+    note "nccl tests (W = 1): passed ($(elapsed))"
+  else
+    [ $rc -eq 0 ] && note "nccl tests: SKIPPED, no CUDA device ($(elapsed))" || note "nccl tests: FAILED, exit $rc ($(elapsed))"
+    status=1
+  fi
+  grep -E "^\[doctest\] (test cases|assertions)" "$out/nccl.txt" | sed 's/^/  /' | tee -a "$summary"
+  grep -B3 -A12 "ERROR:" "$out/nccl.txt" | head -60 >>"$summary"
+else
+  note "nccl tests: not built"
+fi
 
 timeout 150 "$build/bench/dsv32-bench-cuda" "$reps" >"$out/bench.txt" 2>&1
 note "bench: exit $? ($(elapsed))"

@@ -7,6 +7,10 @@
 #   scripts/prepare-device-deps.sh [DIR]
 #
 # Then, e.g. with the device tool: run scripts/device-check.sh there, carrying .device-deps.
+#
+# NCCL (the dsv32::nccl component's test) is not carried: its library is ~200 MB, and the GPU machine
+# has its own, in the CUDA toolkit or in the python3 wheel nvidia-nccl-cu13 (device-check.sh finds either).
+# MPI is not needed there: the NCCL test runs at world size 1 without it.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${1:-$root/.device-deps}"
