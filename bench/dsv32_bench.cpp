@@ -59,6 +59,9 @@ struct Options {
   std::int64_t batch = 8;
   std::int64_t batch_context = 256;
   bool fast_mode = true;  // also time the FP8 fast accumulation mode
+  std::int64_t long_prompt = 0;  // > 0: only time one prefill of this many tokens (one pass)
+  std::int64_t absorbed_from = RuntimeOptions{}.absorbed_prefill_from;
+  bool fp8_fast = false;  // --long-prompt in the FP8 fast accumulation mode
 };
 
 [[noreturn]] void usage(int rc) {
@@ -75,7 +78,11 @@ struct Options {
                "  --contexts A,B,...      contexts of the batch-1 decode figures (default 1024,4096)\n"
                "  --batch B               sequences of the batched decode figure (default 8)\n"
                "  --batch-context N       their context (default 256)\n"
-               "  --no-fast-mode          skip the FP8 fast-accumulation figures\n");
+               "  --no-fast-mode          skip the FP8 fast-accumulation figures\n"
+               "  --long-prompt N         instead: time one prefill of N tokens in one pass (tokens/s, peak memory)\n"
+               "  --absorbed-from P       with --long-prompt: RuntimeOptions::absorbed_prefill_from (default 8192;\n"
+               "                          N + 1 forces the expanded prefill, 0 the absorbed one)\n"
+               "  --fp8-fast              with --long-prompt: the FP8 fast accumulation mode\n");
   std::exit(rc);
 }
 
@@ -123,6 +130,9 @@ Options parse(int argc, char** argv) {
     } else if (a == "--batch") o.batch = parse_int(a, value(), 1);
     else if (a == "--batch-context") o.batch_context = parse_int(a, value(), 1);
     else if (a == "--no-fast-mode") o.fast_mode = false;
+    else if (a == "--long-prompt") o.long_prompt = parse_int(a, value(), 2);
+    else if (a == "--absorbed-from") o.absorbed_from = parse_int(a, value(), 0);
+    else if (a == "--fp8-fast") o.fp8_fast = true;
     else {
       std::fprintf(stderr, "dsv32-bench: unknown argument '%s' (see --help)\n", a.c_str());
       std::exit(2);
@@ -190,17 +200,20 @@ double stream_triad_gbs() {
 }
 
 #if defined(DSV32_CPU_X86)
+// 28 chains: some hosts (this project's Zen 4 VMs) need more than 16 independent zmm FMAs in flight
+// to reach their throughput (the GEMM micro-kernels keep 24).
+constexpr int kZmmChains = 28;
 DSV32_TARGET_AVX512 double fma_chains_avx512(std::int64_t iters) {
-  __m512 acc[16];
-  for (int j = 0; j < 16; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
+  __m512 acc[kZmmChains];
+  for (int j = 0; j < kZmmChains; ++j) acc[j] = _mm512_set1_ps(static_cast<float>(j));
   const __m512 m = _mm512_set1_ps(0.999999f), c = _mm512_set1_ps(1e-7f);
   for (std::int64_t i = 0; i < iters; ++i) {
-    for (int j = 0; j < 16; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
+    for (int j = 0; j < kZmmChains; ++j) acc[j] = _mm512_fmadd_ps(acc[j], m, c);
     __asm__ volatile("" : "+v"(acc[0]), "+v"(acc[1]), "+v"(acc[2]), "+v"(acc[3]), "+v"(acc[4]), "+v"(acc[5]),
                      "+v"(acc[6]), "+v"(acc[7]));
   }
   __m512 s = acc[0];
-  for (int j = 1; j < 16; ++j) s = _mm512_add_ps(s, acc[j]);
+  for (int j = 1; j < kZmmChains; ++j) s = _mm512_add_ps(s, acc[j]);
   return _mm512_reduce_add_ps(s);
 }
 DSV32_TARGET_AVX2 double fma_chains_avx2(std::int64_t iters) {
@@ -233,7 +246,7 @@ double fma_peak_gflops(cpu::Isa isa) {
 #if defined(DSV32_CPU_X86)
       if (isa >= cpu::Isa::avx512) {
         sink = fma_chains_avx512(iters);
-        flops_per_thread += 2.0 * 16 * 16 * static_cast<double>(iters);
+        flops_per_thread += 2.0 * 16 * kZmmChains * static_cast<double>(iters);
       } else if (isa == cpu::Isa::avx2) {
         sink = fma_chains_avx2(iters / 2);
         flops_per_thread += 2.0 * 12 * 8 * static_cast<double>(iters / 2);
@@ -261,6 +274,7 @@ struct Figures {
   double weight_bytes = 0, cache_bytes = 0, scratch_bytes = 0;
   double planned_bytes = 0;  // MemoryPlan::total(): weights, caches, rope tables, forward scratch
   double prefill_tps = 0, prefill_flops = 0, prefill_fma_fraction = 0;
+  double prefill_full_tps = 0, prefill_full_flops = 0, prefill_full_fma_fraction = 0;  // full_last_block
   double prefill_fast_tps = 0, prefill_fast_fma_fraction = 0;
   struct Decode {
     std::int64_t context = 0;
@@ -294,19 +308,23 @@ double decode_step_bytes(Model& model, std::int64_t ctx) {
   return bytes + per_layer * Config::n_layers;
 }
 
-/// Matrix FLOPs of a batch-1 prefill of S tokens from position 0 returning the last logits.
+/// Matrix FLOPs of a batch-1 prefill of S tokens from position 0 returning the last logits; with
+/// full_last_block false, the last block's feed-forward counts for the last token only (what the
+/// model computes by default, ForwardOptions::full_last_block).
 template <class Config, class Model>
-double prefill_flops(Model& model, std::int64_t S) {
-  double per_token = 0, per_position = 0, head = 0;
+double prefill_flops(Model& model, std::int64_t S, bool full_last_block) {
+  double per_token = 0, per_position = 0, head = 0, last_ffn = 0;
+  const std::string last_ffn_prefix = "layers." + std::to_string(Config::n_layers - 1) + ".ffn.";
   for (const TensorEntry& t : model.tensors()) {
     if (t.shape.rank() != 2 || t.name.ends_with(".scale") || t.name == "embed.weight") continue;
-    const double params = static_cast<double>(t.shape[0] * t.shape[1]);
+    double params = static_cast<double>(t.shape[0] * t.shape[1]);
+    if (t.name.find(".ffn.experts.") != std::string::npos) params *= static_cast<double>(Config::n_activated_experts) / Config::n_routed_experts;
     if (t.name == "head.weight") head += params;
     else if (t.name.find(".wkv_b.") != std::string::npos) per_position += params;
-    else if (t.name.find(".ffn.experts.") != std::string::npos)
-      per_token += params * Config::n_activated_experts / Config::n_routed_experts;
+    else if (!full_last_block && t.name.starts_with(last_ffn_prefix)) last_ffn += params;
     else per_token += params;
   }
+  head += last_ffn;  // like the head, once per sequence
   double attn = 0;
   for (std::int64_t s = 0; s < S; ++s) {
     const double visible = static_cast<double>(s + 1), selected = std::min<double>(visible, Config::index_topk);
@@ -314,6 +332,38 @@ double prefill_flops(Model& model, std::int64_t S) {
             selected * Config::n_heads * (Config::qk_nope_head_dim + Config::qk_rope_head_dim + Config::v_head_dim);
   }
   return 2.0 * (per_token * S + per_position * S + head) + 2.0 * attn * Config::n_layers;
+}
+
+/// --long-prompt: one prefill of o.long_prompt tokens in one pass, on the path o.absorbed_from selects.
+template <class Config>
+int run_long_prompt(const Options& o) {
+  RuntimeOptions ro;
+  ro.max_batch_size = 1;
+  ro.max_seq_len = o.long_prompt + 64;
+  ro.absorbed_prefill_from = o.absorbed_from;
+  const bool absorbed = o.long_prompt > o.absorbed_from;
+  auto model = std::make_unique<Transformer<Config>>(ro);
+  if (o.checkpoint.empty()) model->init_random(o.seed);
+  else load_checkpoint(*model, o.checkpoint);
+  const MemoryPlan plan = model->memory_plan();
+  if (o.fp8_fast) cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
+  const auto prompt = prompt_tokens(o.long_prompt, Config::vocab_size, 3);
+  reset_peak_rss();
+  const std::string load_start = loadavg();
+  const auto t0 = Clock::now();
+  const Logits l = model->forward(prompt, 1, 0);
+  const double s = seconds_since(t0);
+  const double peak = peak_rss_bytes();
+  std::printf("{\"config\": \"%s\", \"prompt_tokens\": %lld, \"path\": \"%s\", \"absorbed_prefill_from\": %lld, "
+              "\"fp8_accumulation\": \"%s\", \"threads\": %d, \"seconds\": %.2f, \"tokens_per_s\": %.3f, "
+              "\"peak_rss_bytes\": %.0f, \"plan_bytes\": %.0f, \"plan_scratch_bytes\": %.0f, \"weights_bytes\": %.0f, "
+              "\"argmax\": %d, \"load_start\": \"%s\", \"load_end\": \"%s\"}\n",
+              std::string(Config::name).c_str(), static_cast<long long>(o.long_prompt), absorbed ? "absorbed" : "expanded",
+              static_cast<long long>(o.absorbed_from), o.fp8_fast ? "fast" : "exact", cpu::num_threads(), s,
+              static_cast<double>(o.long_prompt) / s, peak, static_cast<double>(plan.total()),
+              static_cast<double>(plan.scratch), static_cast<double>(plan.weights), l.argmax(0), load_start.c_str(),
+              loadavg().c_str());
+  return 0;
 }
 
 template <class Config>
@@ -351,11 +401,16 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
   const std::int64_t V = Config::vocab_size;
   const auto prompt = prompt_tokens(o.prefill, V, 1);
   auto time_prefill = [&] { return median_s(o.prefill_reps, [&] { model->forward(prompt, 1, 0); }); };
-  f.prefill_flops = prefill_flops<Config>(*model, o.prefill);
+  f.prefill_flops = prefill_flops<Config>(*model, o.prefill, false);
   const double prefill_s = time_prefill();
   f.prefill_tps = static_cast<double>(o.prefill) / prefill_s;
   f.prefill_fma_fraction = f.prefill_flops / prefill_s / (fma_peak * 1e9);
   if (!o.json) std::fprintf(stderr, "  prefill %lld: %.2f tokens/s; load %s\n", static_cast<long long>(o.prefill), f.prefill_tps, loadavg().c_str());
+  // the same with the last block's feed-forward on every position (what llama.cpp does not do)
+  f.prefill_full_flops = prefill_flops<Config>(*model, o.prefill, true);
+  const double full_s = median_s(o.prefill_reps, [&] { model->forward(prompt, 1, 0, {.full_last_block = true}); });
+  f.prefill_full_tps = static_cast<double>(o.prefill) / full_s;
+  f.prefill_full_fma_fraction = f.prefill_full_flops / full_s / (fma_peak * 1e9);
 
   // batch-1 decode at each context: the prompt's cache is extended in chunks of 512 tokens
   std::int64_t filled = o.prefill;
@@ -409,6 +464,7 @@ int main(int argc, char** argv) try {
   if (o.threads > 0) cpu::set_num_threads(o.threads);
   const int threads = cpu::num_threads();
   const cpu::Isa isa = cpu::active_isa();
+  if (o.long_prompt > 0) return o.dtype == "bf16" ? run_long_prompt<Slice671BBf16>(o) : run_long_prompt<Slice671BFp8>(o);
   const std::string load_start = loadavg();
   const double bandwidth = stream_triad_gbs();
   const double fma_peak = fma_peak_gflops(isa);
@@ -426,11 +482,13 @@ int main(int argc, char** argv) try {
                 "\"weight_bytes\": %.0f, \"cache_bytes\": %.0f, \"scratch_bytes\": %.0f, \"planned_bytes\": %.0f, \"peak_rss_bytes\": %.0f, \"peak_rss_ratio\": %.3f, "
                 "\"prefill_tokens\": %lld, \"prefill_tokens_per_s\": %.3f, \"prefill_gflop\": %.2f, "
                 "\"prefill_fma_fraction\": %.3f, \"prefill_fast_tokens_per_s\": %.3f, \"prefill_fast_fma_fraction\": %.3f, "
-                "\"decode\": [",
+                "\"prefill_full_last_block_tokens_per_s\": %.3f, \"prefill_full_last_block_gflop\": %.2f, "
+                "\"prefill_full_last_block_fma_fraction\": %.3f, \"decode\": [",
                 f.config.c_str(), f.weights.c_str(), threads, std::string(cpu::isa_name(isa)).c_str(), load_start.c_str(),
                 load_end.c_str(), bandwidth, fma_peak, f.init_s, f.weight_bytes, f.cache_bytes, f.scratch_bytes, f.planned_bytes, f.peak_rss,
                 f.peak_rss / budget, static_cast<long long>(o.prefill), f.prefill_tps, f.prefill_flops / 1e9,
-                f.prefill_fma_fraction, f.prefill_fast_tps, f.prefill_fast_fma_fraction);
+                f.prefill_fma_fraction, f.prefill_fast_tps, f.prefill_fast_fma_fraction, f.prefill_full_tps,
+                f.prefill_full_flops / 1e9, f.prefill_full_fma_fraction);
     for (std::size_t i = 0; i < f.decode.size(); ++i)
       std::printf("%s{\"context\": %lld, \"ms_per_token\": %.3f, \"bytes_per_step\": %.0f, \"roofline_fraction\": %.3f, "
                   "\"fast_ms_per_token\": %.3f}",
@@ -446,8 +504,12 @@ int main(int argc, char** argv) try {
               threads, std::string(cpu::isa_name(isa)).c_str(), load_start.c_str(), load_end.c_str());
   std::printf("| figure | value | derived |\n| --- | --- | --- |\n");
   std::printf("| STREAM triad | %.1f GB/s | |\n| f32 FMA peak | %.1f GFLOP/s | |\n", bandwidth, fma_peak);
-  std::printf("| prefill %lld tokens (FP8 exact) | %.2f tokens/s | %.1f GFLOP, FMA fraction %.3f |\n",
-              static_cast<long long>(o.prefill), f.prefill_tps, f.prefill_flops / 1e9, f.prefill_fma_fraction);
+  const char* mode = o.dtype == "bf16" ? "bf16" : "FP8 exact";
+  std::printf("| prefill %lld tokens (%s) | %.2f tokens/s | %.1f GFLOP, FMA fraction %.3f |\n",
+              static_cast<long long>(o.prefill), mode, f.prefill_tps, f.prefill_flops / 1e9, f.prefill_fma_fraction);
+  std::printf("| prefill %lld tokens (%s, last block's FFN on every position) | %.2f tokens/s | %.1f GFLOP, FMA fraction %.3f |\n",
+              static_cast<long long>(o.prefill), mode, f.prefill_full_tps, f.prefill_full_flops / 1e9,
+              f.prefill_full_fma_fraction);
   if (f.prefill_fast_tps > 0)
     std::printf("| prefill %lld tokens (FP8 fast) | %.2f tokens/s | FMA fraction %.3f |\n", static_cast<long long>(o.prefill),
                 f.prefill_fast_tps, f.prefill_fast_fma_fraction);

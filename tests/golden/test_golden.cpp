@@ -8,7 +8,14 @@
 #include <dsv32/testing/golden.hpp>
 #include <dsv32/testing/host_invisible.hpp>
 
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -57,6 +64,65 @@ TEST_CASE("golden: the FP8 scenarios in the fast accumulation mode, at the accep
   check_scenario<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
   check_scenario<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
   dsv32::cpu::set_fp8_accumulation(previous);
+}
+
+// Every prefill on the absorbed path (RuntimeOptions::absorbed_prefill_from = 0: the reference's decode
+// arithmetic). Expected: tests/data/absorbed, the prompt fed token by token through the independent
+// oracle's decode path (make_absorbed.py there), every position's logits. Reported: how far that is
+// from the reference's expanded prefill (the golden vectors), which the absorbed path is not meant to
+// reproduce (in FP8, decode multiplies by the dequantized wkv_b without quantizing its input).
+TEST_CASE("golden: prefills on the absorbed path equal the oracle's token-by-token decode") {
+  auto check = [&]<class Config>(const std::string& name) {
+    CAPTURE(name);
+    const std::filesystem::path dir = kGolden + name;
+    const dsv32::ModelArgs args = dsv32::ModelArgs::from_file(dir / "config.json");
+    dsv32::RuntimeOptions runtime = args.runtime;
+    runtime.absorbed_prefill_from = 0;
+    dsv32::Transformer<Config> model(runtime);
+    dsv32::load_checkpoint(model, dir / "model0-mp1.safetensors");
+    std::ifstream in(dir / "manifest.json");
+    const auto manifest = nlohmann::json::parse(in);
+    const auto tokens = manifest.at("calls").at(0).at("tokens").get<std::vector<std::vector<std::int32_t>>>();
+    REQUIRE(manifest.at("calls").at(0).at("start_pos").get<std::int64_t>() == 0);
+    const dsv32::Logits ours = model.forward(tokens, 0, {.all_positions = true});
+
+    const auto expected = dsv32::SafetensorsFile::open(std::string(DSV32_TEST_DATA) + "/absorbed/" + name + ".safetensors");
+    const auto oracle = dsv32::testing::detail::read_f32(*expected, "logits");
+    REQUIRE(oracle.size() == ours.values.size());
+    const std::int64_t V = Config::vocab_size, B = ours.batch, S = ours.positions;
+    double worst = 0.0;
+    std::int64_t argmax_differs = 0;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t p = 0; p < S; ++p) {
+        const float* e = oracle.data() + (b * S + p) * V;
+        const auto a = ours.row(b, p);
+        double err = 0.0, mag = 0.0;
+        for (std::int64_t v = 0; v < V; ++v) {
+          err = std::max(err, std::fabs(static_cast<double>(a[v]) - e[v]));
+          mag = std::max(mag, std::fabs(static_cast<double>(e[v])));
+        }
+        worst = std::max(worst, err / mag);
+        argmax_differs += (std::max_element(e, e + V) - e) != (std::max_element(a.begin(), a.end()) - a.begin());
+      }
+    // and the last position against the reference's expanded prefill
+    const auto golden = dsv32::SafetensorsFile::open(dir / "expected.safetensors");
+    const auto prefill = dsv32::testing::detail::read_f32(*golden, "step0.logits");
+    REQUIRE(prefill.size() == static_cast<std::size_t>(B * V));
+    double vs_golden = 0.0, golden_mag = 0.0;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t v = 0; v < V; ++v) {
+        vs_golden = std::max(vs_golden, std::fabs(static_cast<double>(ours.row(b, S - 1)[v]) - prefill[b * V + v]));
+        golden_mag = std::max(golden_mag, std::fabs(static_cast<double>(prefill[b * V + v])));
+      }
+    MESSAGE(name << ": absorbed prefill vs the oracle's token-by-token decode: worst logits error " << worst
+                 << " of max |logit| over " << B * S << " positions; vs the reference's (expanded) prefill: "
+                 << vs_golden / golden_mag);
+    CHECK(worst <= 1e-3);
+    CHECK(argmax_differs == 0);
+  };
+  check.operator()<dsv32::TinyBf16>("tiny_bf16");
+  check.operator()<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
+  check.operator()<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
 }
 
 // The same replays on a backend whose memory the host cannot read: every observer sees host copies,

@@ -454,6 +454,88 @@ TEST_CASE_TEMPLATE("Transformer::forward: the last block's FFN on the last rows 
   CHECK(one.values == one_full.values);
 }
 
+TEST_CASE_TEMPLATE("Transformer::forward: the absorbed prefill equals feeding the prompt token by token through decode",
+                   Config, dsv32::TinyBf16, dsv32::TinyFp8Ue8m0Yarn) {
+  dsv32::RuntimeOptions o = tiny_options();
+  o.absorbed_prefill_from = 0;  // every prefill pass absorbed
+  dsv32::Transformer<Config> model(o);
+  model.init_random(41);
+  const std::int64_t batch = 2, seq = 13;
+  const auto tokens = random_tokens(batch * seq, 42, Config::vocab_size);
+  const dsv32::Logits prefill = model.forward(tokens, batch, 0, {.all_positions = true});
+  const std::vector<std::int32_t> step = {9, 10};
+  const dsv32::Logits prefill_next = model.forward(step, batch, seq);
+  model.reset();
+  double worst = 0.0;
+  for (std::int64_t p = 0; p < seq; ++p) {  // position p of the prefill = the decode step at p
+    const dsv32::Logits d = model.forward(columns(tokens, batch, p, 1), batch, p);
+    for (std::int64_t b = 0; b < batch; ++b) {
+      const auto a = prefill.row(b, p), e = d.row(b);
+      double err = 0.0, mag = 0.0;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        err = std::max(err, std::fabs(static_cast<double>(a[i]) - e[i]));
+        mag = std::max(mag, std::fabs(static_cast<double>(e[i])));
+      }
+      CHECK(mag > 0.0);
+      worst = std::max(worst, err / mag);
+    }
+  }
+  const dsv32::Logits decode_next = model.forward(step, batch, seq);
+  MESSAGE("absorbed prefill vs token-by-token decode: worst |logit difference| / max |logit| = " << worst);
+  CHECK(worst <= 1e-6);
+  CHECK(std::fabs(max_abs(prefill_next.values) - max_abs(decode_next.values)) <= 1e-6 * max_abs(decode_next.values));
+  double next_err = 0.0;
+  for (std::size_t i = 0; i < decode_next.values.size(); ++i)
+    next_err = std::max(next_err, std::fabs(static_cast<double>(prefill_next.values[i]) - decode_next.values[i]));
+  CHECK(next_err <= 1e-6 * max_abs(decode_next.values));  // the caches the two wrote agree
+  // the expanded prefill (the default threshold) is the reference's prefill arithmetic: close, not equal
+  dsv32::Transformer<Config> expanded(tiny_options());
+  expanded.init_random(41);
+  const dsv32::Logits e = expanded.forward(tokens, batch, 0, {.all_positions = true});
+  double diff = 0.0;
+  for (std::size_t i = 0; i < e.values.size(); ++i)
+    diff = std::max(diff, std::fabs(static_cast<double>(e.values[i]) - prefill.values[i]));
+  MESSAGE("absorbed vs expanded prefill: max |logit difference| / max |logit| = " << diff / max_abs(e.values));
+  CHECK(diff <= 5e-2 * max_abs(e.values));
+}
+
+TEST_CASE("Transformer::forward: an absorbed prefill longer than one block of queries equals token-by-token decode") {
+  dsv32::RuntimeOptions o;
+  o.max_batch_size = 1;
+  o.max_seq_len = 640;
+  o.absorbed_prefill_from = 0;
+  const std::int64_t seq = 2 * dsv32::kAbsorbedPrefillRows + 37;  // three blocks of queries
+  dsv32::Transformer<TinyBf16> model(o);
+  model.init_random(51);
+  const auto tokens = random_tokens(static_cast<std::size_t>(seq), 52);
+  const dsv32::Logits prefill = model.forward(tokens, 1, 0);
+  model.reset();
+  dsv32::Logits last;
+  for (std::int64_t p = 0; p < seq; ++p) last = model.forward(columns(tokens, 1, p, 1), 1, p);
+  CHECK(max_abs(last.values) > 0.0);
+  CHECK(prefill.values == last.values);
+}
+
+TEST_CASE("Transformer: the memory plan counts the absorbed prefill's scratch instead of the expanded keys") {
+  dsv32::RuntimeOptions o;
+  o.max_batch_size = 1;
+  o.max_seq_len = 160 * 1024;
+  o.max_tokens_per_call = 2048;
+  o.absorbed_prefill_from = o.max_seq_len;  // never absorbed: keys for every position
+  const auto expanded = dsv32::Transformer<Config671B>::memory_plan(o);
+  o.absorbed_prefill_from = 8192;
+  const auto absorbed = dsv32::Transformer<Config671B>::memory_plan(o);
+  // keys: positions x 128 heads x (128 + 128) bf16 = 64 KiB per position
+  const std::size_t keys_per_position = 128 * 256 * 2;
+  const std::size_t latent = 2 * std::size_t{256} * 128 * 512 * 2;  // q_lat + o_lat, 256 tokens at a time
+  CHECK(expanded.scratch - absorbed.scratch ==
+        keys_per_position * (160 * 1024 - 8192) - (latent - 2 * std::size_t{1} * 128 * 512 * 2));
+  MESSAGE("671B, 160K positions, 2048-token passes: forward scratch " << expanded.scratch / 1e9 << " GB expanded, "
+                                                                      << absorbed.scratch / 1e9 << " GB with absorbed prefill from 8192");
+  o.absorbed_prefill_from = -1;
+  CHECK(contains(error_of([&] { o.validate(); }, ErrorKind::invalid_config), "absorbed_prefill_from must be >= 0"));
+}
+
 TEST_CASE("Transformer::init_random is deterministic in its seed") {
   const auto opts = tiny_options();
   dsv32::Transformer<TinyBf16> a(opts), b(opts), c(opts);

@@ -32,6 +32,19 @@ struct RuntimeOptions {
   /// this, so a smaller value bounds a long prompt's working memory. A dsv32 option, not in config.json.
   std::int64_t max_tokens_per_call = 0;
 
+  /// Prefill passes (more than one token per sequence) that end past this position (start_pos +
+  /// tokens > absorbed_prefill_from) attend in the latent space — wkv_b folded into the query and the
+  /// output, as the reference's decode does and FlashMLA's sparse prefill — instead of expanding every
+  /// cached latent through wkv_b into per-head keys and values. The expanded path is the reference's
+  /// prefill arithmetic (what the golden prefills reproduce exactly); the absorbed path is its decode
+  /// arithmetic, so an absorbed prefill equals feeding the prompt token by token. The expanded path's
+  /// cost and scratch grow with the context (wkv_b over every cached position for each pass, and
+  /// end_pos x heads x (nope + v) bf16 of keys: ~10.7 GB at 160K positions on the 671B model); the
+  /// absorbed path's scratch is 2 x 256 tokens x heads x kv_lora_rank bf16 (64 MiB on the 671B
+  /// model) at any length, and its attention reads the latent cache of the selected positions.
+  /// 0: every prefill is absorbed. A dsv32 option, not in config.json.
+  std::int64_t absorbed_prefill_from = 8192;
+
   /// \brief max_tokens_per_call with 0 resolved: the tokens per sequence of one forward pass.
   std::int64_t tokens_per_call() const noexcept {
     return max_tokens_per_call > 0 && max_tokens_per_call < max_seq_len ? max_tokens_per_call : max_seq_len;
@@ -63,6 +76,8 @@ struct RuntimeOptions {
                 ": original_seq_len must be in [1, ", kMaxSeqLen, "], got ", original_seq_len);
     DSV32_CHECK(max_tokens_per_call >= 0, invalid_config, source, ": max_tokens_per_call must be >= 0 (0: max_seq_len), got ",
                 max_tokens_per_call);
+    DSV32_CHECK(absorbed_prefill_from >= 0, invalid_config, source,
+                ": absorbed_prefill_from must be >= 0 (0: every prefill absorbed), got ", absorbed_prefill_from);
     DSV32_CHECK(rope_theta > 1.0 && std::isfinite(rope_theta), invalid_config, source, ": rope_theta must be > 1, got ", rope_theta);
     DSV32_CHECK(rope_factor > 0.0 && std::isfinite(rope_factor), invalid_config, source, ": rope_factor must be > 0, got ",
                 rope_factor);

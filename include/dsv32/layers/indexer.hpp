@@ -24,12 +24,13 @@ struct ForwardLimits {
   std::int64_t seq = 1;        ///< tokens per sequence per pass (max_tokens_per_call)
   std::int64_t positions = 1;  ///< positions per sequence (max_seq_len)
   int world_size = 1;          ///< model-parallel ranks (local head and hidden counts)
+  std::int64_t absorbed_from = 0;  ///< RuntimeOptions::absorbed_prefill_from
 
   /// \brief Rows of a pass's activations: batch * seq.
   constexpr std::int64_t tokens() const { return elements(batch, seq); }
   /// \brief The limits of a model with these options on `world` ranks.
   static ForwardLimits of(const RuntimeOptions& o, int world = 1) {
-    return ForwardLimits{o.max_batch_size, o.tokens_per_call(), o.max_seq_len, world};
+    return ForwardLimits{o.max_batch_size, o.tokens_per_call(), o.max_seq_len, world, o.absorbed_prefill_from};
   }
 };
 

@@ -21,15 +21,19 @@ namespace dsv32 {
 /// \addtogroup layers
 /// @{
 
+/// \brief Queries of one sequence an absorbed prefill takes at a time (bounds its scratch to this many
+///        tokens' latent queries and outputs, whatever the pass length).
+inline constexpr std::int64_t kAbsorbedPrefillRows = 256;
+
 /// \brief MLA's per-call temporaries (shared by all layers).
 template <class Backend>
 struct MlaScratch {
   Tensor<bf16, Backend> q_a;      ///< [T, q_lora_rank]: wq_a x, then qr = q_norm(wq_a x)
   Tensor<bf16, Backend> q;        ///< [T, H, nope + rope] queries, q_pe rotated
   Tensor<bf16, Backend> kv_a;     ///< [T, kv_lora_rank + rope]: normalized latent and rotated key
-  Tensor<bf16, Backend> keys;     ///< prefill: [end_pos, H, nope + v] wkv_b applied to the cached latents
-  Tensor<bf16, Backend> q_lat;    ///< decode: [B, H, kv_lora_rank] absorbed queries
-  Tensor<bf16, Backend> o_lat;    ///< decode: [B, H, kv_lora_rank] latent attention output
+  Tensor<bf16, Backend> keys;     ///< expanded prefill: [end_pos, H, nope + v] wkv_b applied to the cached latents
+  Tensor<bf16, Backend> q_lat;    ///< decode and absorbed prefill: [T, H, kv_lora_rank] absorbed queries
+  Tensor<bf16, Backend> o_lat;    ///< decode and absorbed prefill: [T, H, kv_lora_rank] latent attention output
   Tensor<bf16, Backend> o;        ///< [T, H, v] attention output before wo
   IndexerScratch<Backend> indexer;  ///< the indexer's temporaries and picks
 
@@ -41,9 +45,13 @@ struct MlaScratch {
     r(q_a, elements(T, a.q_lora_rank));
     r(q, elements(T, H, qk));
     r(kv_a, elements(T, C + a.qk_rope_head_dim));
-    r(keys, l.seq > 1 ? elements(l.positions, H, a.qk_nope_head_dim + a.v_head_dim) : 0);
-    r(q_lat, elements(l.batch, H, C));
-    r(o_lat, elements(l.batch, H, C));
+    // expanded prefill: passes ending at or before absorbed_from; absorbed: every pass's tokens
+    const std::int64_t expanded_end = std::min(l.positions, l.absorbed_from);
+    const bool absorbed_prefill = l.seq > 1 && l.positions > l.absorbed_from;
+    const std::int64_t latent_rows = absorbed_prefill ? std::max(l.batch, std::min(l.seq, kAbsorbedPrefillRows)) : l.batch;
+    r(keys, l.seq > 1 ? elements(expanded_end, H, a.qk_nope_head_dim + a.v_head_dim) : 0);
+    r(q_lat, elements(latent_rows, H, C));
+    r(o_lat, elements(latent_rows, H, C));
     r(o, elements(T, H, a.v_head_dim));
     indexer.reserve(r, a, l);
   }
@@ -62,7 +70,8 @@ constexpr std::size_t mla_cache_bytes_per_token(const ModelArgs& a) {
 /// kv = wkv_a(x) split into the latent (kv_norm'd, cached) and the shared rotated key part (cached).
 /// Prefill (a call of more than one token) expands the cached latents through wkv_b into per-head
 /// keys and values; decode (one token) works in the latent space with wkv_b absorbed into the query
-/// and the output. Either way each query attends only to the positions its indexer selected.
+/// and the output, and so do prefill passes ending past RuntimeOptions::absorbed_prefill_from (long
+/// contexts). Either way each query attends only to the positions its indexer selected.
 /// \tparam Config  compile-time config
 /// \tparam Backend backend tag
 template <class Config, class Backend>
@@ -89,7 +98,8 @@ class MLA {
         wo_(store, module + ".wo", Config::scale_fmt),
         indexer_(store, module + ".indexer"),
         n_local_heads_(wq_b_.out_features() / kQk),
-        softmax_scale_(mla_softmax_scale(kQk, o)) {}
+        softmax_scale_(mla_softmax_scale(kQk, o)),
+        absorbed_from_(o.absorbed_prefill_from) {}
 
   /// \brief Cache bytes per (sequence, position): the bf16 latent and rotated key, and the indexer's keys.
   static constexpr std::size_t cache_bytes_per_token = mla_cache_bytes_per_token(ModelArgs::of<Config>());
@@ -142,7 +152,26 @@ class MLA {
 
     s.o.resize(Shape{T, H * kV});
     const MatrixView<const bf16, space> kv_cache = kv_cache_.mat(), pe_cache = pe_cache_.mat();
-    if (ctx.prefill()) {
+    if (ctx.prefill() && ctx.end_pos() > absorbed_from_) {
+      // absorbed prefill: each sequence's queries, kAbsorbedPrefillRows at a time, attend as decode
+      // queries do, all to that sequence's cache rows (cache_rows 0: every query reads the same rows)
+      const auto w = wkv_b_.view();
+      const std::int64_t end = ctx.end_pos();
+      for (std::int64_t b = 0; b < ctx.batch; ++b)
+        for (std::int64_t t0 = 0; t0 < S; t0 += kAbsorbedPrefillRows) {
+          const std::int64_t n = std::min(kAbsorbedPrefillRows, S - t0), first = b * S + t0;
+          s.q_lat.resize(Shape{n * H, kC});
+          s.o_lat.resize(Shape{n * H, kC});
+          const MatrixView<bf16, space> q_rows = q_heads.middle_rows(first * H, n * H);
+          K::absorb_query(exec, q_rows, w, H, kNope, kV, s.q_lat.mat());
+          K::latent_attention(exec, s.q_lat.mat(), q_rows.middle_cols(kNope, kRope),
+                              kv_cache.middle_rows(b * cache_rows_, end), pe_cache.middle_rows(b * cache_rows_, end), 0, H,
+                              sel.positions.mat().middle_rows(first, n), sel.count.vec().subview(first, n),
+                              softmax_scale_, s.o_lat.mat());
+          K::project_values(exec, s.o_lat.mat(), w, H, kNope,
+                            MatrixView<bf16, space>(s.o.data() + first * H * kV, n * H, kV, kV));
+        }
+    } else if (ctx.prefill()) {
       const std::int64_t end = ctx.end_pos();
       s.keys.resize(Shape{end, H * (kNope + kV)});  // [end, H, nope + v]
       for (std::int64_t b = 0; b < ctx.batch; ++b) {
@@ -187,6 +216,7 @@ class MLA {
   Indexer<Config, Backend> indexer_;
   std::int64_t n_local_heads_ = Config::n_heads;
   float softmax_scale_ = 1.0f;
+  std::int64_t absorbed_from_ = 0;  // RuntimeOptions::absorbed_prefill_from
   Tensor<bf16, Backend> kv_cache_;  // [max_batch * max_seq, kv_lora_rank]
   Tensor<bf16, Backend> pe_cache_;  // [max_batch * max_seq, qk_rope_head_dim]
   std::int64_t cache_rows_ = 0;     // rows per sequence: max_seq_len

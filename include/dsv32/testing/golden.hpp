@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <map>
 #include <set>
@@ -192,11 +193,18 @@ inline void note(GoldenCallReport& r, const std::string& s) {
 /// files are missing or malformed (including logits of the wrong size).
 /// \tparam Config  compile-time config the scenario was generated with
 /// \tparam Backend backend tag
+/// \param dir    the scenario's directory
+/// \param tol    the acceptance tolerances
+/// \param adjust called on the scenario's runtime options before the model is built (e.g. to set
+///               RuntimeOptions::absorbed_prefill_from); none by default
 template <class Config, class Backend = Cpu>
-GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenTolerances& tol = {}) {
+GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenTolerances& tol = {},
+                           const std::function<void(RuntimeOptions&)>& adjust = {}) {
   const ModelArgs args = ModelArgs::from_file(dir / "config.json");
   args.check_matches<Config>((dir / "config.json").string());
-  Transformer<Config, Backend> model(args.runtime);
+  RuntimeOptions runtime = args.runtime;
+  if (adjust) adjust(runtime);
+  Transformer<Config, Backend> model(runtime);
   load_checkpoint(model, dir / "model0-mp1.safetensors");
 
   std::ifstream in(dir / "manifest.json");

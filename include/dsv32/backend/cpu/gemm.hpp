@@ -172,6 +172,26 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
       ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(x.row(m0 + i) + k0), kc, out + i * kPanelK);
   };
   const std::int64_t chunks = (K + kPanelK - 1) / kPanelK;
+  if (M <= 8 && w.dtype == DType::BF16 && ops.bf16_rows) {
+    // Decode on bf16 weights: rows streamed once, transposed in registers, 16 at a time.
+    const std::int64_t kpad = (K + 31) / 32 * 32;
+    float* a = gemm_scratch<float>(0, static_cast<std::size_t>(M * kpad));
+    for (std::int64_t i = 0; i < M; ++i) {
+      ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(x.row(i)), K, a + i * kpad);
+      std::fill(a + i * kpad + K, a + (i + 1) * kpad, 0.0f);
+    }
+    const std::int64_t rows = chunk_rows(N, 8 * num_threads(), 16, 256);
+    const auto* wb = static_cast<const std::uint16_t*>(w.data);
+    parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
+      const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
+      float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(M * rows));
+      for (std::int64_t p = 0; p < cols; p += 16)
+        ops.bf16_rows(static_cast<int>(M), static_cast<int>(std::min<std::int64_t>(16, cols - p)), K, a, kpad,
+                      wb + (n0 + p) * K, K, cbuf + p, rows);
+      store(0, M, n0, cols, cbuf, rows);
+    });
+    return;
+  }
   if (M <= mr) {
     // Decode: every weight row is read once; a thread streams whole rows, nr at a time.
     float* a = gemm_scratch<float>(0, static_cast<std::size_t>(M * chunks * kPanelK));

@@ -207,7 +207,8 @@ struct Kernels<Cpu> {
   /// \param q_pe       [B * H, rope] bf16 rotated query parts (rows may be strided)
   /// \param kv_cache   [max_batch * cache_rows, C] bf16 latent cache
   /// \param pe_cache   [max_batch * cache_rows, rope] bf16
-  /// \param cache_rows cache rows per sequence (max_seq_len)
+  /// \param cache_rows cache rows per sequence (max_seq_len); 0: every query reads the caches' first
+  ///                   rows (the caches given are one sequence's: an absorbed prefill)
   /// \param heads      H
   /// \param selected   [B, k] positions \param count [B] valid positions per row, each >= 1
   /// \param scale      softmax scale \param out [B * H, C] bf16 latent output

@@ -190,8 +190,8 @@ DSV32_TARGET_AVX512_BF16 void pair_dots32(const std::uint32_t* a, std::int64_t l
     if constexpr (kDot) {
       for (int i = 0; i < MR; ++i) {
         const __m512i ap = _mm512_set1_epi32(static_cast<int>(a[i * lda + p]));
-        d0[i] = _mm512_dpbf16_ps(d0[i], reinterpret_cast<__m512bh>(ap), reinterpret_cast<__m512bh>(b0));
-        d1[i] = _mm512_dpbf16_ps(d1[i], reinterpret_cast<__m512bh>(ap), reinterpret_cast<__m512bh>(b1));
+        d0[i] = _mm512_dpbf16_ps(d0[i], (__m512bh)ap, (__m512bh)b0);
+        d1[i] = _mm512_dpbf16_ps(d1[i], (__m512bh)ap, (__m512bh)b1);
       }
     } else {
       const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -329,6 +329,55 @@ DSV32_TARGET_AVX512 inline void epilogue_f32(int mr, int n, const float* dot, st
   }
 }
 
+/// bf16_rows for MT x rows and 16 weight rows: 32 columns of the 16 rows loaded as 16 vectors of
+/// column pairs, transposed in registers (vector c: pair c of every row), each pair's even then odd
+/// column multiplied into the accumulators — no packed panel is written.
+template <int MT>
+DSV32_TARGET_AVX512 void bf16_rows16(std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
+                                     std::int64_t ldw, int n, float* out, std::int64_t ldo) {
+  const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 acc[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
+  for (std::int64_t k0 = 0; k0 < K; k0 += 32) {
+    const std::int64_t left = K - k0;
+    const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
+    __m512 r[16];
+    for (int j = 0; j < 16; ++j)
+      r[j] = j < n ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, w + j * ldw + k0)) : _mm512_setzero_ps();
+    if (k0 + 256 < K)
+      for (int j = 0; j < n; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * ldw + k0 + 256), _MM_HINT_T0);
+    transpose16(r);
+#pragma GCC unroll 16
+    for (int c = 0; c < 16; ++c) {
+      const __m512i d = _mm512_castps_si512(r[c]);
+      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
+      const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(d, hi));
+      for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_ps(even, _mm512_set1_ps(x[m * ldx + k0 + 2 * c]), acc[m]);
+      for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_ps(odd, _mm512_set1_ps(x[m * ldx + k0 + 2 * c + 1]), acc[m]);
+    }
+  }
+  const __mmask16 rows = static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1u);
+  for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(out + m * ldo, rows, acc[m]);
+}
+
+DSV32_TARGET_AVX512 inline void bf16_rows(int M, int n, std::int64_t K, const float* x, std::int64_t ldx,
+                                          const std::uint16_t* w, std::int64_t ldw, float* out, std::int64_t ldo) {
+  for (int m0 = 0; m0 < M;) {
+    const int left = M - m0;
+    const float* xm = x + m0 * ldx;
+    float* o = out + m0 * ldo;
+    if (left >= 8) {
+      bf16_rows16<8>(K, xm, ldx, w, ldw, n, o, ldo), m0 += 8;
+    } else if (left >= 4) {
+      bf16_rows16<4>(K, xm, ldx, w, ldw, n, o, ldo), m0 += 4;
+    } else if (left >= 2) {
+      bf16_rows16<2>(K, xm, ldx, w, ldw, n, o, ldo), m0 += 2;
+    } else {
+      bf16_rows16<1>(K, xm, ldx, w, ldw, n, o, ldo), m0 += 1;
+    }
+  }
+}
+
 /// The sums of eight vectors of doubles, as the eight lanes of one vector.
 DSV32_TARGET_AVX512 inline __m512d reduce8(const __m512d a[8]) {
   const __m512d b0 = _mm512_add_pd(_mm512_unpacklo_pd(a[0], a[1]), _mm512_unpackhi_pd(a[0], a[1]));
@@ -453,6 +502,7 @@ inline const GemmOps& avx512_ops() {
     o.dequant_e4m3 = avx512::dequant_e4m3;
     o.e4m3_rows = avx512::e4m3_rows;
     o.fp8_pair_dots = avx512::fp8_pair_dots_fma;
+    o.bf16_rows = avx512::bf16_rows;
     return o;
   }();
   return ops;

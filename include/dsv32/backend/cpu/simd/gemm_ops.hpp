@@ -80,6 +80,13 @@ struct GemmOps {
   void (*fp8_pair_dots)(int mr, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, float* dot,
                         std::int64_t ldd) = nullptr;
 
+  /// The small-M bf16 product, weight rows streamed once (optional: null where the table has none):
+  /// out[m][r] = the f32 sum over k < K of x[m][k] w[r][k] in increasing k (exact products, one
+  /// rounding per addition) for m < M (<= 8), r < n (<= 16). x is f32, [M][ldx], zero from column K
+  /// up to K rounded up to 32; w rows are ldw bf16 apart.
+  void (*bf16_rows)(int M, int n, std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
+                    std::int64_t ldw, float* out, std::int64_t ldo) = nullptr;
+
   /// The small-M exact FP8 product, weight rows streamed once: for m < M (<= 8), r < rows and
   /// blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) * (xs[m][kb] * ws[kb]).
   /// x is given as exact values times 2^512 in double (xd, [M][ldx]); w rows have stride ldw; all
