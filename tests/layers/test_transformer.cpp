@@ -488,15 +488,6 @@ TEST_CASE_TEMPLATE("Transformer::forward: the absorbed prefill equals feeding th
   for (std::size_t i = 0; i < decode_next.values.size(); ++i)
     next_err = std::max(next_err, std::fabs(static_cast<double>(prefill_next.values[i]) - decode_next.values[i]));
   CHECK(next_err <= 1e-6 * max_abs(decode_next.values));  // the caches the two wrote agree
-  // the expanded prefill (the default threshold) is the reference's prefill arithmetic: close, not equal
-  dsv32::Transformer<Config> expanded(tiny_options());
-  expanded.init_random(41);
-  const dsv32::Logits e = expanded.forward(tokens, batch, 0, {.all_positions = true});
-  double diff = 0.0;
-  for (std::size_t i = 0; i < e.values.size(); ++i)
-    diff = std::max(diff, std::fabs(static_cast<double>(e.values[i]) - prefill.values[i]));
-  MESSAGE("absorbed vs expanded prefill: max |logit difference| / max |logit| = " << diff / max_abs(e.values));
-  CHECK(diff <= 5e-2 * max_abs(e.values));
 }
 
 TEST_CASE("Transformer::forward: an absorbed prefill longer than one block of queries equals token-by-token decode") {

@@ -347,7 +347,9 @@ DSV32_TARGET_AVX512 void bf16_rows16(std::int64_t K, const float* x, std::int64_
     if (k0 + 256 < K)
       for (int j = 0; j < n; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * ldw + k0 + 256), _MM_HINT_T0);
     transpose16(r);
+#if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (gcc compiles this code anyway)
 #pragma GCC unroll 16
+#endif
     for (int c = 0; c < 16; ++c) {
       const __m512i d = _mm512_castps_si512(r[c]);
       const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
