@@ -80,7 +80,7 @@ struct Options {
                "  --batch-context N       their context (default 256)\n"
                "  --no-fast-mode          skip the FP8 fast-accumulation figures\n"
                "  --long-prompt N         instead: time one prefill of N tokens in one pass (tokens/s, peak memory)\n"
-               "  --absorbed-from P       with --long-prompt: RuntimeOptions::absorbed_prefill_from (default 8192;\n"
+               "  --absorbed-from P       with --long-prompt: RuntimeOptions::absorbed_prefill_from (default 1024;\n"
                "                          N + 1 forces the expanded prefill, 0 the absorbed one)\n"
                "  --fp8-fast              with --long-prompt: the FP8 fast accumulation mode\n");
   std::exit(rc);

@@ -68,7 +68,8 @@ With --checkpoint, checks that a checkpoint holds exactly the config's tensors i
   --tokens-per-call N max_tokens_per_call: tokens per sequence one forward pass computes (longer
                       prompts run in passes); sizes the forward scratch (default: max_seq_len)
   --world-size W      model-parallel ranks; figures are per rank (default 1; with --checkpoint: the
-                      world size of the model{rank}-mp{world}.safetensors files found)
+                      world size of the model{rank}-mp{world}.safetensors files found; for a Hugging
+                      Face directory, each rank's slice as loading at world size W takes it)
   --checkpoint PATH   a checkpoint directory in the reference's converted format (config.json and
                       model{rank}-mp{world}.safetensors), or one .safetensors file),
                       or a Hugging Face checkpoint directory (config.json, model.safetensors[.index.json]);
@@ -474,9 +475,6 @@ CheckpointReport inspect_checkpoint(const Args& args) {
   // The layout, by load_checkpoint()'s rule: the reference's shards win over a Hugging Face layout.
   const std::set<int> worlds = dir ? shard_world_sizes(path) : std::set<int>{};
   const bool hf = dir && worlds.empty() && is_hf_directory(path);
-  if (hf && args.world_size.value_or(1) != 1)
-    usage_error(path.string(), " is a Hugging Face checkpoint, which holds whole tensors (world size 1); "
-                "split it with dsv32-convert --model-parallel N and inspect the result");
 
   // The config: given on the command line, else the checkpoint's config.json.
   const fs::path config_json = home / "config.json";
@@ -497,22 +495,41 @@ CheckpointReport inspect_checkpoint(const Args& args) {
   }
 
   if (hf) {
+    // Whole tensors; at world size W each rank's slice as load_checkpoint() takes it (HfShardSource:
+    // the reference's split rules), checked against that rank's rows of the tensor table.
     r.format = "Hugging Face";
-    ShardCheck s;
-    s.file = path.string();
+    r.world_size = args.world_size.value_or(1);
+    std::optional<dsv32::HfCheckpointSource> source;
+    std::string source_error;
     try {
-      const dsv32::HfCheckpointSource source(path);
-      r.skipped = source.skipped();
-      check_shard(r.config.args, &source, 1, s);
-      for (TensorNote& n : s.missing) n.alias = dsv32::hf_name_from_dsv32(n.name);
-    } catch (const dsv32::Error& e) {  // an inconsistent index or shard: report it, count every tensor missing
-      s = ShardCheck{};
-      s.file = path.string();
-      s.status = "unreadable";
-      s.error = e.what();
-      check_shard(r.config.args, nullptr, 1, s);
+      source.emplace(path);
+      r.skipped = source->skipped();
+    } catch (const dsv32::Error& e) {  // an inconsistent index or shard: every rank's tensors count missing
+      source_error = e.what();
     }
-    r.shards.push_back(std::move(s));
+    for (int rank = 0; rank < r.world_size; ++rank) {
+      ShardCheck s;
+      s.rank = rank;
+      s.file = path.string();
+      try {
+        if (!source) dsv32::fail(dsv32::ErrorKind::invalid_file, source_error);
+        if (r.world_size == 1) {
+          check_shard(r.config.args, &*source, 1, s);
+        } else {
+          const dsv32::HfShardSource slice(*source, r.world_size, rank);
+          check_shard(r.config.args, &slice, r.world_size, s);
+        }
+        for (TensorNote& n : s.missing) n.alias = dsv32::hf_name_from_dsv32(n.name);
+      } catch (const dsv32::Error& e) {  // unreadable, or a split the world size does not divide
+        s = ShardCheck{};
+        s.rank = rank;
+        s.file = path.string();
+        s.status = "unreadable";
+        s.error = e.what();
+        check_shard(r.config.args, nullptr, r.world_size, s);
+      }
+      r.shards.push_back(std::move(s));
+    }
     return r;
   }
   r.format = "reference";
@@ -827,7 +844,8 @@ void print_text(std::ostream& os, const CheckpointReport& r, std::size_t limit) 
     for (const std::string& n : r.config_notes) os << "  " << n << '\n';
   }
   for (const ShardCheck& s : r.shards) {
-    if (r.format == "Hugging Face") os << "\ntensors of " << s.file << " (dsv32 names)";
+    if (r.format == "Hugging Face" && r.world_size == 1) os << "\ntensors of " << s.file << " (dsv32 names)";
+    else if (r.format == "Hugging Face") os << "\nslice of " << s.file << " (rank " << s.rank << " of " << r.world_size << ", dsv32 names)";
     else os << "\nshard " << s.file << " (rank " << s.rank << ")";
     if (s.status == "absent") os << ": absent";
     if (s.status == "unreadable") os << ": unreadable: " << s.error;

@@ -191,7 +191,17 @@ elseif(CASE STREQUAL "checkpoint_hf")
           EXPECT "missing \\(1\\):\n +layers\\.2\\.ffn\\.experts\\.3\\.w2\\.scale \\(expected F32 \\[2, 1\\]\\), stored as model\\.layers\\.2\\.mlp\\.experts\\.3\\.down_proj\\.weight_scale_inv"
                  "result: INCOMPLETE")
   inspect(RC 0 ARGS --config "${WORK_DIR}/complete/config.json" EXPECT "Hugging Face naming \\(compiled config tiny_fp8_ue8m0_yarn\\)")
-  inspect(RC 2 ARGS --checkpoint "${WORK_DIR}/complete" --world-size 2 EXPECT "world size 1")
+  # At world size W each rank's slice, as load_checkpoint() cuts it at load time: tiny_fp8_ue8m0_yarn's
+  # FP8 dimensions hold too few 128-blocks to split over 2 ranks, so both ranks report the split's error.
+  inspect(RC 1 ARGS --checkpoint "${WORK_DIR}/complete" --world-size 2
+          EXPECT "\\(rank 0 of 2, dsv32 names\\): unreadable" "\\(rank 1 of 2, dsv32 names\\): unreadable" "result: INCOMPLETE")
+  # A bf16 checkpoint splits: each rank's slice complete, with the local shapes.
+  execute_process(COMMAND "${HELPER}" "${golden}/tiny_bf16" "${WORK_DIR}/bf16" --hf RESULT_VARIABLE rc)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "make_test_checkpoint --hf failed (${rc})")
+  endif()
+  inspect(RC 0 ARGS --checkpoint "${WORK_DIR}/bf16" --world-size 2
+          EXPECT "\\(rank 0 of 2, dsv32 names\\)\n" "\\(rank 1 of 2, dsv32 names\\)\n" "result: complete")
 
 elseif(CASE STREQUAL "bad_arguments")
   inspect(RC 2 ARGS --preset no-such-model

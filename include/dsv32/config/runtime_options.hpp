@@ -41,9 +41,11 @@ struct RuntimeOptions {
   /// cost and scratch grow with the context (wkv_b over every cached position for each pass, and
   /// end_pos x heads x (nope + v) bf16 of keys: ~10.7 GB at 160K positions on the 671B model); the
   /// absorbed path's scratch is 2 x 256 tokens x heads x kv_lora_rank bf16 (64 MiB on the 671B
-  /// model) at any length, and its attention reads the latent cache of the selected positions.
+  /// model) at any length, and its attention reads the latent cache of the selected positions. On
+  /// the CPU backend the absorbed path was also faster from 512 tokens up (docs/performance.md);
+  /// the default keeps the reference's prefill rounding for prompts of up to 1024 positions.
   /// 0: every prefill is absorbed. A dsv32 option, not in config.json.
-  std::int64_t absorbed_prefill_from = 8192;
+  std::int64_t absorbed_prefill_from = 1024;
 
   /// \brief max_tokens_per_call with 0 resolved: the tokens per sequence of one forward pass.
   std::int64_t tokens_per_call() const noexcept {
