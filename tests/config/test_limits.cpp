@@ -50,6 +50,22 @@ TEST_CASE("limits: a shape field beyond 2^24 is refused, naming it (fuzz regress
   }
 }
 
+TEST_CASE("limits: an integer past INT64_MAX is refused, not wrapped (fuzz regression: vocab_size 2^63)") {
+  // fuzz/regressions/config/vocab_size_2_pow_63.json: the value was read as -2^63, whose negation in
+  // ModelArgs::parameter_bound() overflowed (undefined behaviour) before validate() could refuse it.
+  const std::string file = std::string(DSV32_FUZZ_REGRESSIONS) + "/config/vocab_size_2_pow_63.json";
+  check_error([&] { dsv32::read_model_config(file); }, ErrorKind::invalid_config,
+              {file, "field \"vocab_size\" must be an integer in [-2^63, 2^63), found number 9223372036854775808"});
+  nlohmann::json hf = dsv32::to_hf_config(released());
+  hf["vocab_size"] = std::uint64_t{1} << 63;  // the Hugging Face naming's reader, the same way
+  check_error([&] { dsv32::parse_hf_config(hf, "hf.json"); }, ErrorKind::invalid_config, {"hf.json", "vocab_size"});
+  // and a negative extreme is refused by validate() without overflowing on the way
+  ModelArgs a = released();
+  a.vocab_size = INT64_MIN;
+  CHECK(ModelArgs::parameter_bound(a) > ModelArgs::kMaxParameters);
+  check_error([&] { a.validate("c.json"); }, ErrorKind::invalid_config, {"c.json", "parameters, more than"});
+}
+
 TEST_CASE("limits: fields each within bounds whose product of parameters is not are refused") {
   ModelArgs a = released();
   a.dim = 1 << 20;        // each well below 2^24, but the dense MLPs alone hold

@@ -3,6 +3,7 @@
 ///        and checked against a compile-time config.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -105,7 +106,7 @@ struct ModelArgs {
   /// \brief An upper bound of count_params(a).total computed in floating point, so that it cannot
   ///        overflow whatever the fields hold: every product count_params() forms is at most this.
   static constexpr double parameter_bound(const ModelArgs& a) noexcept {
-    auto d = [](std::int64_t v) { return static_cast<double>(v < 0 ? -v : v); };
+    auto d = [](std::int64_t v) { return std::fabs(static_cast<double>(v)); };  // -INT64_MIN overflows
     const double dim = d(a.dim), layers = d(a.n_layers), heads = d(a.n_heads), q = d(a.q_lora_rank);
     const double kv = d(a.kv_lora_rank), nope = d(a.qk_nope_head_dim), rope = d(a.qk_rope_head_dim);
     const double v = d(a.v_head_dim), ih = d(a.index_n_heads), id = d(a.index_head_dim);
@@ -303,7 +304,9 @@ struct ModelArgs {
          " ", v.dump());
   }
   static void parse_value(const nlohmann::json& v, std::int64_t& out, const std::string& src, const char* key) {
-    if (!v.is_number_integer()) wrong_type(v, src, key, "an integer");
+    // an unsigned value past INT64_MAX would wrap to a negative one: refused as out of range
+    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t{INT64_MAX}))
+      wrong_type(v, src, key, "an integer in [-2^63, 2^63)");
     out = v.get<std::int64_t>();
   }
   static void parse_value(const nlohmann::json& v, double& out, const std::string& src, const char* key) {

@@ -121,7 +121,8 @@ class HfJsonReader {
   const std::string& source() const noexcept { return source_; }
 
   std::int64_t as_integer(const nlohmann::json& v, const char* key) const {
-    if (v.is_number_integer()) return v.get<std::int64_t>();
+    if (v.is_number_integer() && !(v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t{INT64_MAX}))
+      return v.get<std::int64_t>();  // an unsigned value past INT64_MAX would wrap: refused below
     if (v.is_number_float()) {  // 32.0 is an integer written as a float (Python's json writes such values)
       const double d = v.get<double>();
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<std::int64_t>(d);
