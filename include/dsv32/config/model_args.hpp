@@ -304,9 +304,10 @@ struct ModelArgs {
          " ", v.dump());
   }
   static void parse_value(const nlohmann::json& v, std::int64_t& out, const std::string& src, const char* key) {
+    if (!v.is_number_integer()) wrong_type(v, src, key, "an integer");
     // an unsigned value past INT64_MAX would wrap to a negative one: refused as out of range
-    if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t{INT64_MAX}))
-      wrong_type(v, src, key, "an integer in [-2^63, 2^63)");
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > std::uint64_t{INT64_MAX})
+      wrong_type(v, src, key, "an integer below 2^63");
     out = v.get<std::int64_t>();
   }
   static void parse_value(const nlohmann::json& v, double& out, const std::string& src, const char* key) {
