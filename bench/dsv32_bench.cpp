@@ -278,10 +278,11 @@ struct Figures {
   double prefill_fast_tps = 0, prefill_fast_fma_fraction = 0;
   struct Decode {
     std::int64_t context = 0;
-    double ms = 0, bytes = 0, roofline = 0, fast_ms = 0;
+    double ms = 0, bytes = 0, roofline = 0, fast_ms = 0, fast_roofline = 0;
   };
   std::vector<Decode> decode;
   double batch_step_ms = 0, batch_tps = 0, batch1_tps = 0, batch_ratio = 0;
+  double batch_fast_step_ms = 0, batch_fast_tps = 0, batch1_fast_tps = 0, batch_fast_ratio = 0;
   double peak_rss = 0;
 };
 
@@ -426,16 +427,20 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
     d.ms = 1e3 * median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
     d.bytes = decode_step_bytes<Config>(*model, ctx);
     d.roofline = d.bytes / (d.ms * 1e-3) / (bandwidth * 1e9);
+    if (o.fast_mode && ConfigTraits<Config>::fp8) {  // the same step in the FP8 fast mode
+      const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
+      d.fast_ms = 1e3 * median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
+      d.fast_roofline = d.bytes / (d.fast_ms * 1e-3) / (bandwidth * 1e9);
+      cpu::set_fp8_accumulation(previous);
+    }
     f.decode.push_back(d);
-    if (!o.json) std::fprintf(stderr, "  decode @ %lld: %.1f ms; load %s\n", static_cast<long long>(ctx), d.ms, loadavg().c_str());
+    if (!o.json)
+      std::fprintf(stderr, "  decode @ %lld: %.1f ms (fast mode %.1f ms); load %s\n", static_cast<long long>(ctx), d.ms,
+                   d.fast_ms, loadavg().c_str());
   }
 
   if (o.fast_mode && ConfigTraits<Config>::fp8) {
     const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
-    if (!f.decode.empty()) {
-      const std::int64_t ctx = f.decode[0].context;
-      f.decode[0].fast_ms = 1e3 * median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
-    }
     const double s = time_prefill();
     f.prefill_fast_tps = static_cast<double>(o.prefill) / s;
     f.prefill_fast_fma_fraction = f.prefill_flops / s / (fma_peak * 1e9);
@@ -452,6 +457,16 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
     f.batch_tps = static_cast<double>(o.batch) / bs;
     f.batch1_tps = 1.0 / b1;
     f.batch_ratio = f.batch_tps / f.batch1_tps;
+    if (o.fast_mode && ConfigTraits<Config>::fp8) {
+      const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
+      const double fs = median_s(o.reps, [&] { model->forward(step, o.batch, o.batch_context); });
+      const double f1 = median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, o.batch_context); });
+      cpu::set_fp8_accumulation(previous);
+      f.batch_fast_step_ms = 1e3 * fs;
+      f.batch_fast_tps = static_cast<double>(o.batch) / fs;
+      f.batch1_fast_tps = 1.0 / f1;
+      f.batch_fast_ratio = f.batch_fast_tps / f.batch1_fast_tps;
+    }
   }
   f.peak_rss = peak_rss_bytes();
   return f;
@@ -491,13 +506,14 @@ int main(int argc, char** argv) try {
                 f.prefill_full_flops / 1e9, f.prefill_full_fma_fraction);
     for (std::size_t i = 0; i < f.decode.size(); ++i)
       std::printf("%s{\"context\": %lld, \"ms_per_token\": %.3f, \"bytes_per_step\": %.0f, \"roofline_fraction\": %.3f, "
-                  "\"fast_ms_per_token\": %.3f}",
+                  "\"fast_ms_per_token\": %.3f, \"fast_roofline_fraction\": %.3f}",
                   i ? ", " : "", static_cast<long long>(f.decode[i].context), f.decode[i].ms, f.decode[i].bytes,
-                  f.decode[i].roofline, f.decode[i].fast_ms);
+                  f.decode[i].roofline, f.decode[i].fast_ms, f.decode[i].fast_roofline);
     std::printf("], \"batch\": %lld, \"batch_context\": %lld, \"batch_step_ms\": %.3f, \"batch_tokens_per_s\": %.3f, "
-                "\"batch1_tokens_per_s\": %.3f, \"batch_speedup\": %.3f}\n",
+                "\"batch1_tokens_per_s\": %.3f, \"batch_speedup\": %.3f, \"batch_fast_step_ms\": %.3f, "
+                "\"batch_fast_tokens_per_s\": %.3f, \"batch1_fast_tokens_per_s\": %.3f, \"batch_fast_speedup\": %.3f}\n",
                 static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_step_ms, f.batch_tps,
-                f.batch1_tps, f.batch_ratio);
+                f.batch1_tps, f.batch_ratio, f.batch_fast_step_ms, f.batch_fast_tps, f.batch1_fast_tps, f.batch_fast_ratio);
     return 0;
   }
   std::printf("dsv32-bench %s, weights %s, %d threads, kernels %s, load %s -> %s\n", f.config.c_str(), f.weights.c_str(),
@@ -517,12 +533,17 @@ int main(int argc, char** argv) try {
     std::printf("| decode batch 1 @ %lld | %.1f ms/token (%.2f tokens/s) | %.3f GB/step, roofline fraction %.3f |\n",
                 static_cast<long long>(d.context), d.ms, 1e3 / d.ms, d.bytes / 1e9, d.roofline);
     if (d.fast_ms > 0)
-      std::printf("| decode batch 1 @ %lld (FP8 fast) | %.1f ms/token | |\n", static_cast<long long>(d.context), d.fast_ms);
+      std::printf("| decode batch 1 @ %lld (FP8 fast) | %.1f ms/token (%.2f tokens/s) | roofline fraction %.3f |\n",
+                  static_cast<long long>(d.context), d.fast_ms, 1e3 / d.fast_ms, d.fast_roofline);
   }
   if (f.batch_step_ms > 0)
     std::printf("| decode batch %lld @ %lld | %.2f tokens/s (%.1f ms/step) | %.2fx batch 1 (%.2f tokens/s) |\n",
                 static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_tps, f.batch_step_ms,
                 f.batch_ratio, f.batch1_tps);
+  if (f.batch_fast_step_ms > 0)
+    std::printf("| decode batch %lld @ %lld (FP8 fast) | %.2f tokens/s (%.1f ms/step) | %.2fx batch 1 (%.2f tokens/s) |\n",
+                static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_fast_tps,
+                f.batch_fast_step_ms, f.batch_fast_ratio, f.batch1_fast_tps);
   std::printf("| peak resident memory | %s | %.3fx the memory plan: weights, caches, scratch (%s) |\n", format_bytes(f.peak_rss).c_str(),
               f.peak_rss / budget, format_bytes(budget).c_str());
   std::printf("| weights ready | %.1f s | |\n", f.init_s);

@@ -148,6 +148,42 @@ std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int
   return y;
 }
 
+// The fast mode's row order (products of at most 8 rows), written from its definition in
+// simd/gemm_ops.hpp: the 64 column pairs of a block dealt to 16 lanes (lane d of the slot group g
+// within half h holds pair 32 h + 8 (d / 4) + d % 4 + 4 (g % 2)), each lane's pairs summed in
+// order (odd column first), the lanes added as a halving tree.
+std::vector<bf16> reference_fp8_linear_fast_rows(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
+                                                 ScaleFmt fmt) {
+  const std::int64_t k = w.in, kb = k / 128, sc = kb;
+  std::vector<std::uint8_t> xq(static_cast<std::size_t>(m * k));
+  std::vector<float> xs(static_cast<std::size_t>(m * kb));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t b = 0; b < kb; ++b) xs[r * kb + b] = reference_block_quant(&x[r * k + b * 128], fmt, &xq[r * k + b * 128]);
+  std::vector<bf16> y(static_cast<std::size_t>(m * w.out));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t n = 0; n < w.out; ++n) {
+      float acc = 0.0f;
+      for (std::int64_t b = 0; b < kb; ++b) {
+        float lane[16] = {};
+        for (int h = 0; h < 2; ++h)
+          for (int g = 0; g < 2; ++g)
+            for (int d = 0; d < 16; ++d) {
+              const std::int64_t pair = 32 * h + 8 * (d / 4) + d % 4 + 4 * g, c = b * 128 + 2 * pair;
+              for (const std::int64_t col : {c + 1, c}) {
+                const float p = static_cast<float>(e4m3_value(xq[r * k + col]) * e4m3_value(w.codes[n * k + col]));
+                lane[d] += p;
+              }
+            }
+        for (int half = 8; half >= 1; half /= 2)
+          for (int i = 0; i < half; ++i) lane[i] += lane[i + half];
+        const float scale = xs[r * kb + b] * w.scale[(n / 128) * sc + b];
+        acc += lane[0] * scale;
+      }
+      y[r * w.out + n] = bf16(acc);
+    }
+  return y;
+}
+
 // The dense products' definition: each output the f32 sum of f32-rounded products in increasing k.
 std::vector<float> reference_dense_f32(const std::vector<bf16>& x, std::int64_t m, const std::vector<float>& w,
                                        std::int64_t n_out, std::int64_t k) {
@@ -308,7 +344,8 @@ TEST_CASE("cpu::linear_f32 / linear with BF16 and F32 weights, every ISA: bit-id
 }
 
 TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast modes bit-identical to their formulas") {
-  // m <= 8 takes the row-streaming decode kernel (exact in both modes), m > 8 the packed kernels
+  // m <= 8 takes the row-streaming decode kernels (fast mode: the row order), m > 8 the packed kernels
+  // (fast mode: the panel order)
   std::mt19937 gen(23);
   struct Dims {
     std::int64_t m, k, n;
@@ -324,7 +361,8 @@ TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast
     }
     for (ScaleFmt fmt : {ScaleFmt::none, ScaleFmt::ue8m0}) {
       const std::vector<bf16> exact = reference_fp8_linear(x, d.m, w, fmt);
-      const std::vector<bf16> fast = d.m > 8 ? reference_fp8_linear_fast(x, d.m, w, fmt) : exact;
+      const std::vector<bf16> fast =
+          d.m > 8 ? reference_fp8_linear_fast(x, d.m, w, fmt) : reference_fp8_linear_fast_rows(x, d.m, w, fmt);
       for (cpu::Isa isa : isas_here()) {
         IsaScope scope(isa);
         CAPTURE(cpu::isa_name(isa));
@@ -356,21 +394,25 @@ TEST_CASE("cpu::linear: E4M3 weights over the whole code range, the NaN codes 0x
   for (std::int64_t m : {1, 12}) {  // the decode and the packed kernels
     std::vector<bf16> xm;
     for (std::int64_t r = 0; r < m; ++r) xm.insert(xm.end(), x.begin(), x.end());
-    for (cpu::Isa isa : isas_here()) {
-      IsaScope scope(isa);
-      CAPTURE(cpu::isa_name(isa));
-      CAPTURE(m);
-      std::vector<bf16> y(static_cast<std::size_t>(m * 256));
-      cpu::linear({xm.data(), m, 128, 128}, w.view(), ScaleFmt::ue8m0, {y.data(), m, 256, 256});
-      int bad = 0;
-      for (int c = 0; c < 256; ++c) {
-        const double v = (c & 0x7F) == 0x7F ? ((c & 0x80) ? -480.0 : 480.0) : e4m3_value(static_cast<unsigned>(c));
-        // x = 1 quantizes to the code of 256 with the ue8m0 scale 2^-8: y = 128 * 256 * v * 2^-8 = 128 v
-        const float want = static_cast<float>(bf16(static_cast<float>(128.0 * v)));
-        for (std::int64_t r = 0; r < m; ++r) bad += static_cast<float>(y[r * 256 + c]) != want;
+    // both modes: 128 equal products sum exactly in f32 too
+    for (cpu::Isa isa : isas_here())
+      for (cpu::Fp8Accumulation acc : {cpu::Fp8Accumulation::exact, cpu::Fp8Accumulation::fast}) {
+        IsaScope scope(isa);
+        Fp8Scope mode(acc);
+        CAPTURE(cpu::isa_name(isa));
+        CAPTURE(acc == cpu::Fp8Accumulation::fast);
+        CAPTURE(m);
+        std::vector<bf16> y(static_cast<std::size_t>(m * 256));
+        cpu::linear({xm.data(), m, 128, 128}, w.view(), ScaleFmt::ue8m0, {y.data(), m, 256, 256});
+        int bad = 0;
+        for (int c = 0; c < 256; ++c) {
+          const double v = (c & 0x7F) == 0x7F ? ((c & 0x80) ? -480.0 : 480.0) : e4m3_value(static_cast<unsigned>(c));
+          // x = 1 quantizes to the code of 256 with the ue8m0 scale 2^-8: y = 128 * 256 * v * 2^-8 = 128 v
+          const float want = static_cast<float>(bf16(static_cast<float>(128.0 * v)));
+          for (std::int64_t r = 0; r < m; ++r) bad += static_cast<float>(y[r * 256 + c]) != want;
+        }
+        CHECK(bad == 0);
       }
-      CHECK(bad == 0);
-    }
   }
 }
 

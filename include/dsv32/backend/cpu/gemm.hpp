@@ -43,7 +43,9 @@ namespace cpu {
 /// \brief How FP8 matrix products sum the E4M3 products of each 128-wide block.
 enum class Fp8Accumulation {
   exact,  ///< exactly (as the reference's arithmetic defines it): the default
-  fast,   ///< in f32 (rounded partial sums), for prefill-sized products only
+  fast,   ///< in f32 (rounded partial sums) on bf16 dot products (VDPBF16PS where the CPU has it), in
+          ///< the documented orders of simd/gemm_ops.hpp: the panel order for products of more than
+          ///< 8 rows, the row order for decode-sized ones
 };
 
 namespace detail {
@@ -262,10 +264,24 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   const std::int64_t N = w.out, K = w.in, KB = K / kPanelK, sc = w.scale_cols();
   const auto* wq = static_cast<const std::uint8_t*>(w.data);
   if (M <= 8) {
-    // Decode (both modes): weight rows streamed once, exact block dots against x * 2^512 in double.
-    double* xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
-    ops.widen_e4m3_f64(xq, M * K, xd);
-    for (std::int64_t i = 0; i < M * K; ++i) xd[i] *= simd::kE4m3RowsXScale;
+    // Decode: weight rows streamed once. Exact mode: exact block dots against x * 2^512 in double;
+    // fast mode: f32 block dots in the row order (simd/gemm_ops.hpp), x as bf16 pairs in slot order.
+    const bool exact = mode == Fp8Accumulation::exact;
+    double* xd = nullptr;
+    std::uint32_t* xp = nullptr;
+    if (exact) {
+      xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
+      ops.widen_e4m3_f64(xq, M * K, xd);
+      for (std::int64_t i = 0; i < M * K; ++i) xd[i] *= simd::kE4m3RowsXScale;
+    } else {
+      xp = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(M * K / 2));
+      for (std::int64_t i = 0; i < M * KB; ++i)
+        for (int s = 0; s < 64; ++s) {
+          const std::uint8_t* pair = xq + i * kPanelK + 2 * simd::row_order_pair(s);
+          xp[i * 64 + s] = (std::bit_cast<std::uint32_t>(kE4m3Decode[pair[1]]) & 0xFFFF0000u) |
+                           (std::bit_cast<std::uint32_t>(kE4m3Decode[pair[0]]) >> 16);  // exact in bf16
+        }
+    }
     std::int64_t rows = 64;  // a power of two, so that a task never straddles two 128-row scale blocks
     while (rows > 8 && (N + rows - 1) / rows < 8 * num_threads()) rows /= 2;
     const std::int64_t kb_step = std::max<std::int64_t>(1, 256 / M);  // x blocks of one pass stay in L2
@@ -274,9 +290,15 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
       float* out = gemm_scratch<float>(2, static_cast<std::size_t>(M * rows));
       std::fill(out, out + M * rows, 0.0f);
       const float* ws = w.scale + (n0 / kBlockSize) * sc;
-      for (std::int64_t kb = 0; kb < KB; kb += kb_step)
-        ops.e4m3_rows(static_cast<int>(M), static_cast<int>(cols), kb, std::min(KB, kb + kb_step), xd, K, xs, KB,
-                      wq + n0 * K, K, ws, out, rows);
+      for (std::int64_t kb = 0; kb < KB; kb += kb_step) {
+        const std::int64_t kb1 = std::min(KB, kb + kb_step);
+        if (exact)
+          ops.e4m3_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xd, K, xs, KB, wq + n0 * K, K, ws, out,
+                        rows);
+        else
+          ops.e4m3_pair_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xp, K / 2, xs, KB, wq + n0 * K, K,
+                             ws, out, rows);
+      }
       store(0, M, n0, cols, out, rows);
     });
     return;

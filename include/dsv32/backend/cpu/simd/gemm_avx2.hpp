@@ -421,6 +421,7 @@ inline const GemmOps& avx2_ops() {
     o.widen_e4m3 = avx2::widen_e4m3;
     o.widen_e4m3_f64 = avx2::widen_e4m3_f64;
     o.dequant_e4m3 = avx2::dequant_e4m3;
+    o.e4m3_pair_rows = portable::e4m3_pair_rows;  // the fast small-M FP8 product has no AVX2 kernel
     o.e4m3_rows = avx2::e4m3_rows;
     o.fp8_pair_dots = avx2::fp8_pair_dots;
     return o;

@@ -15,9 +15,11 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
+#include "dsv32/backend/cpu/simd/gemm_portable.hpp"
 
 // GCC 12 reports the "undefined" pass-through operand of its own AVX-512 intrinsics as
 // uninitialized once they are inlined here (GCC bug 105593); the operand is never read.
@@ -476,6 +478,124 @@ DSV32_TARGET_AVX512 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std
   }
 }
 
+/// The high and low bytes of bf16(|value|) of E4M3 codes 0..127 (0x7F reading as 480): the fast
+/// small-M kernel's lookup tables (VPERMI2B indexes 128 bytes with a code's low 7 bits).
+struct E4m3Bf16Bytes {
+  alignas(64) std::uint8_t lo[128];
+  alignas(64) std::uint8_t hi[128];
+};
+inline const E4m3Bf16Bytes& e4m3_bf16_bytes() {
+  static const E4m3Bf16Bytes t = [] {
+    E4m3Bf16Bytes b{};
+    for (int c = 0; c < 128; ++c) {
+      const std::uint32_t bits = std::bit_cast<std::uint32_t>(kE4m3Weight[c]);  // exact in bf16
+      b.lo[c] = static_cast<std::uint8_t>(bits >> 16);
+      b.hi[c] = static_cast<std::uint8_t>(bits >> 24);
+    }
+    return b;
+  }();
+  return t;
+}
+
+/// e4m3_pair_rows (the row order, gemm_ops.hpp) for MT x rows and R weight rows, MT * R = 16: per
+/// 64 codes of a row, two byte lookups and an unpack give the bf16 pairs in slot order (lane d of
+/// the low unpack: pair 8 (d / 4) + d % 4; of the high one: 4 more), multiplied into one 16-lane
+/// accumulator per (x row, weight row) — VDPBF16PS (kDot) or the same two FMAs per pair; per block
+/// the 16 accumulators are reduced together, the lanes added in the row order's tree.
+template <int MT, int R, bool kDot>
+DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
+                                                   std::int64_t ldx, const float* xs, std::int64_t ldxs,
+                                                   const std::uint8_t* const* wr, const float* ws, int valid,
+                                                   float* out, std::int64_t ldo) {
+  static_assert(MT * R == 16);
+  const E4m3Bf16Bytes& lut = e4m3_bf16_bytes();
+  const __m512i tl0 = _mm512_load_si512(lut.lo), tl1 = _mm512_load_si512(lut.lo + 64);
+  const __m512i th0 = _mm512_load_si512(lut.hi), th1 = _mm512_load_si512(lut.hi + 64);
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i hi_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  // after the reduction lane 4q + e holds accumulator 4e + q
+  const __m512i unscramble = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  alignas(64) float c[16];
+  for (int i = 0; i < 16; ++i) c[i] = i % R < valid ? out[(i / R) * ldo + i % R] : 0.0f;
+  __m512 cv = _mm512_load_ps(c);
+  for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+    __m512 acc[16];
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+    for (int half = 0; half < 2; ++half) {
+      for (int r = 0; r < R; ++r) {
+        const __m512i code = _mm512_loadu_si512(wr[r] + kb * 128 + 64 * half);
+        const __m512i lo = _mm512_permutex2var_epi8(tl0, code, tl1);
+        // hi | (code & 0x80): the sign bit joins the looked-up high byte
+        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, code, th1), code, sign, 0xF8);
+        const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+        for (int m = 0; m < MT; ++m) {
+          const std::uint32_t* x = xp + m * ldx + kb * 64 + 32 * half;
+          const __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
+          __m512& a = acc[m * R + r];
+          if constexpr (kDot) {
+            a = _mm512_dpbf16_ps(a, (__m512bh)x0, (__m512bh)w0);
+            a = _mm512_dpbf16_ps(a, (__m512bh)x1, (__m512bh)w1);
+          } else {
+            for (int q = 0; q < 2; ++q) {
+              const __m512i xv = q ? x1 : x0, wv = q ? w1 : w0;
+              a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(xv, hi_half)),
+                                  _mm512_castsi512_ps(_mm512_and_si512(wv, hi_half)), a);
+              a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(xv, 16)),
+                                  _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16)), a);
+            }
+          }
+        }
+      }
+    }
+    // l[i] + l[i + 8], then + 4 lanes, + 2, + 1, 16 accumulators at once
+    __m512 t[8], u[4], v[2];
+    for (int j = 0; j < 8; ++j)
+      t[j] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * j], acc[2 * j + 1], 0x44),
+                           _mm512_shuffle_f32x4(acc[2 * j], acc[2 * j + 1], 0xEE));
+    for (int j = 0; j < 4; ++j)
+      u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0x88),
+                           _mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0xDD));
+    for (int j = 0; j < 2; ++j)
+      v[j] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0x44), _mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0xEE));
+    const __m512 dots = _mm512_permutexvar_ps(
+        unscramble, _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD)));
+    alignas(64) float xsc[16];
+    for (int i = 0; i < 16; ++i) xsc[i] = xs[(i / R) * ldxs + kb];
+    const __m512 scale = _mm512_mul_ps(_mm512_load_ps(xsc), _mm512_set1_ps(ws[kb]));
+    cv = _mm512_add_ps(cv, opaque(_mm512_mul_ps(dots, scale)));
+  }
+  _mm512_store_ps(c, cv);
+  for (int i = 0; i < 16; ++i)
+    if (i % R < valid) out[(i / R) * ldo + i % R] = c[i];
+}
+
+template <bool kDot>
+DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
+                                                  const std::uint32_t* xp, std::int64_t ldx, const float* xs,
+                                                  std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                                  const float* ws, float* out, std::int64_t ldo) {
+  // 16 weight rows at a time (in cache for every x-row group after the first)
+  for (int g0 = 0; g0 < rows; g0 += 16) {
+    for (int m0 = 0; m0 < M;) {
+      const int left = M - m0;
+      const int mt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1, R = 16 / mt;
+      const std::uint32_t* x = xp + m0 * ldx;
+      const float* s = xs + m0 * ldxs;
+      for (int r0 = g0; r0 < g0 + 16 && r0 < rows; r0 += R) {
+        const int valid = rows - r0 < R ? rows - r0 : R;
+        const std::uint8_t* wr[16];
+        for (int r = 0; r < R; ++r) wr[r] = w + (r0 + (r < valid ? r : 0)) * ldw;  // a stand-in row past the last
+        float* o = out + m0 * ldo + r0;
+        if (mt == 8) e4m3_pair_group<8, 2, kDot>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+        else if (mt == 4) e4m3_pair_group<4, 4, kDot>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+        else if (mt == 2) e4m3_pair_group<2, 8, kDot>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+        else e4m3_pair_group<1, 16, kDot>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+      }
+      m0 += mt;
+    }
+  }
+}
+
 }  // namespace dsv32::cpu::simd::avx512
 
 namespace dsv32::cpu::simd {
@@ -505,6 +625,7 @@ inline const GemmOps& avx512_ops() {
     o.e4m3_rows = avx512::e4m3_rows;
     o.fp8_pair_dots = avx512::fp8_pair_dots_fma;
     o.bf16_rows = avx512::bf16_rows;
+    o.e4m3_pair_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_pair_rows<false> : portable::e4m3_pair_rows;
     return o;
   }();
   return ops;
@@ -517,6 +638,7 @@ inline const GemmOps& avx512_bf16_ops() {
     GemmOps o = avx512_ops();
     o.isa = Isa::avx512_bf16;
     o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
+    if (cpu_has_avx512_vbmi()) o.e4m3_pair_rows = avx512::e4m3_pair_rows<true>;
     return o;
   }();
   return ops;

@@ -14,7 +14,13 @@
 ///   for each pair of columns (2p, 2p + 1) in increasing p, first the product of column 2p + 1 then
 ///   that of column 2p added, each addition rounded to f32 (every product of two E4M3 values is exact
 ///   in f32); then `c += f32(dot) * (x_scale * w_scale)` with each operation rounded separately,
-///   blocks in increasing k.
+///   blocks in increasing k. That is the *panel order* of the products with more than 8 rows of x.
+///   Products with at most 8 rows (decode) use the *row order* instead, which streams each weight
+///   row once with its vector lanes running along k: a block's 64 column pairs are dealt to 16
+///   lanes (slot s = 0..63 of the block holds pair row_order_pair(s), lane s % 16); each lane sums
+///   its 4 slots in increasing s, each pair as VDPBF16PS does (odd column, then even), from +0; the
+///   16 lane sums l[0..15] are then added as h8[i] = l[i] + l[i + 8], h4[i] = h8[i] + h8[i + 4],
+///   h2[i] = h4[i] + h4[i + 2], dot = h2[0] + h2[1]; the epilogue is the panel order's.
 /// E4M3 weight codes 0x7F / 0xFF (NaN in E4M3FN; published checkpoints have none) read as +-480.
 #pragma once
 
@@ -94,9 +100,27 @@ struct GemmOps {
   void (*e4m3_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
                     const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
                     float* out, std::int64_t ldo) = nullptr;
+
+  /// The small-M fast FP8 product (the row order of the file comment), weight rows streamed once:
+  /// for m < M (<= 8), r < rows and blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) *
+  /// (xs[m][kb] * ws[kb]). x is given as bf16 pairs in slot order (xp[m][64 kb + s] holds column
+  /// pair row_order_pair(s) of block kb: bf16 of the even column in the low half), rows ldx dwords
+  /// apart; the rest as e4m3_rows.
+  void (*e4m3_pair_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
+                         std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
+                         std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) = nullptr;
 };
 
 /// \brief 2^512: the factor the small-M FP8 kernel's x values carry (see GemmOps::e4m3_rows).
 inline constexpr double kE4m3RowsXScale = 0x1p512;
+
+/// \brief The column pair that slot s (0..63) of a 128-column block holds in the fast mode's row
+///        order (file comment): slots come in 4 groups of 16 (one per lane), and within the 32
+///        pairs of a 64-column half, group g takes pairs 8 (d / 4) + d % 4 + 4 (g % 2) for lane d —
+///        the order in which byte unpacking leaves 64 widened codes.
+constexpr int row_order_pair(int s) noexcept {
+  const int d = s & 15;
+  return 32 * (s >> 5) + 8 * (d >> 2) + (d & 3) + 4 * ((s >> 4) & 1);
+}
 
 }  // namespace dsv32::cpu::simd

@@ -189,6 +189,35 @@ DSV32_NO_FP_CONTRACT inline void e4m3_rows(int M, int rows, std::int64_t kb0, st
     }
 }
 
+DSV32_NO_FP_CONTRACT inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
+                                                const std::uint32_t* xp, std::int64_t ldx, const float* xs,
+                                                std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                                const float* ws, float* out, std::int64_t ldo) {
+  auto odd = [](std::uint32_t d) { return std::bit_cast<float>(d & 0xFFFF0000u); };
+  auto even = [](std::uint32_t d) { return std::bit_cast<float>(d << 16); };
+  for (int r = 0; r < rows; ++r)
+    for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+      const std::uint8_t* wb = w + r * ldw + kb * 128;
+      for (int m = 0; m < M; ++m) {
+        const std::uint32_t* xb = xp + m * ldx + kb * 64;
+        float l[16] = {};
+        for (int s = 0; s < 64; ++s) {
+          const int p = row_order_pair(s);
+          const float po = odd(xb[s]) * kE4m3Weight[wb[2 * p + 1]];  // exact products
+          const float pe = even(xb[s]) * kE4m3Weight[wb[2 * p]];
+          l[s & 15] += po;
+          l[s & 15] += pe;
+        }
+        float h8[8], h4[4];
+        for (int i = 0; i < 8; ++i) h8[i] = l[i] + l[i + 8];
+        for (int i = 0; i < 4; ++i) h4[i] = h8[i] + h8[i + 4];
+        const float dot = (h4[0] + h4[2]) + (h4[1] + h4[3]);
+        const float p = dot * (xs[m * ldxs + kb] * ws[kb]);
+        out[m * ldo + r] += p;
+      }
+    }
+}
+
 }  // namespace portable
 /// \endcond
 
@@ -216,6 +245,7 @@ inline const GemmOps& portable_ops() {
     o.dequant_e4m3 = portable::dequant_e4m3;
     o.e4m3_rows = portable::e4m3_rows;
     o.fp8_pair_dots = portable::fp8_pair_dots;
+    o.e4m3_pair_rows = portable::e4m3_pair_rows;
     return o;
   }();
   return ops;

@@ -43,6 +43,8 @@ constexpr std::string_view isa_name(Isa isa) noexcept {
 #define DSV32_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2")))
 #define DSV32_TARGET_AVX512_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi2")))
+#define DSV32_TARGET_AVX512_BF16_VBMI \
+  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi2")))
 #include <cpuid.h>
 #endif
 
@@ -67,6 +69,21 @@ inline Isa detected_isa() noexcept {
   return isa;
 #else
   return Isa::portable;
+#endif
+}
+
+/// \brief Whether the CPU has AVX512_VBMI (byte permutes: the fast small-M FP8 kernel's code
+///        lookup). Where an AVX-512 CPU lacks it (Skylake-SP, Cascade Lake, Cooper Lake), that one
+///        kernel runs the portable code (same results).
+inline bool cpu_has_avx512_vbmi() noexcept {
+#if defined(DSV32_CPU_X86)
+  static const bool vbmi = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) != 0 && (ecx & (1u << 1)) != 0;  // ECX bit 1
+  }();
+  return vbmi;
+#else
+  return false;
 #endif
 }
 
