@@ -24,7 +24,7 @@ namespace detail {
 /// Per-thread f32 scratch of the attention kernels (slot: which array), grown on demand and reused:
 /// slots 0-3 inside parallel tasks, 4-7 for a kernel's own arrays on the calling thread.
 inline float* attention_scratch(int slot, std::size_t n) {
-  thread_local std::vector<float> buffers[8];
+  thread_local std::vector<float> buffers[10];
   auto& b = buffers[slot];
   if (b.size() < n) b.resize(n);
   return b.data();
@@ -209,14 +209,49 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
   ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_lat), H * C, ql);
   for (std::int64_t h = 0; h < H; ++h)
     ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_pe + h * q_pe_stride), rope, qp + h * rope);
+  // The selected keys packed once into the micro-kernels' panels, shared by every head group (the
+  // score products below are matmul_exact_products' loops on these panels: the same sums).
+  const int nr = ops.nr;
+  const std::int64_t blocks = (n + nr - 1) / nr, kv_chunks = (C + detail::kPanelK - 1) / detail::kPanelK,
+                     pe_chunks = (rope + detail::kPanelK - 1) / detail::kPanelK;
+  const std::int64_t panel = detail::kPanelK * nr;
+  float* kv_panels = detail::attention_scratch(8, static_cast<std::size_t>(blocks * kv_chunks * panel));
+  float* pe_panels = detail::attention_scratch(9, static_cast<std::size_t>(blocks * pe_chunks * panel));
+  parallel_for(blocks, nr * (C + rope), [&](std::int64_t b) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(nr, n - b * nr));
+    for (std::int64_t c = 0; c < kv_chunks; ++c)
+      ops.pack_f32(kv + b * nr * C + c * detail::kPanelK, C, rows,
+                   static_cast<int>(std::min<std::int64_t>(detail::kPanelK, C - c * detail::kPanelK)),
+                   kv_panels + (b * kv_chunks + c) * panel);
+    for (std::int64_t c = 0; c < pe_chunks; ++c)
+      ops.pack_f32(pe + b * nr * rope + c * detail::kPanelK, rope, rows,
+                   static_cast<int>(std::min<std::int64_t>(detail::kPanelK, rope - c * detail::kPanelK)),
+                   pe_panels + (b * pe_chunks + c) * panel);
+  });
+  // c[h][j] = sum_k a[h][k] key_j[k] over the packed keys, for hn heads
+  auto scores_of = [&](std::int64_t hn, const float* a, std::int64_t K, const float* panels, std::int64_t chunks,
+                       float* c, float* tile) {
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      for (std::int64_t ch = 0; ch < chunks; ++ch) {
+        const std::int64_t k0 = ch * detail::kPanelK;
+        const int kc = static_cast<int>(std::min<std::int64_t>(detail::kPanelK, K - k0));
+        for (std::int64_t m0 = 0; m0 < hn; m0 += ops.mr)
+          ops.micro_exact_products(static_cast<int>(std::min<std::int64_t>(ops.mr, hn - m0)), kc, a + m0 * K + k0, K,
+                                   panels + (b * chunks + ch) * panel, nr, tile + m0 * nr, nr, k0 > 0);
+      }
+      const std::int64_t cols = std::min<std::int64_t>(nr, n - b * nr);
+      for (std::int64_t h = 0; h < hn; ++h) std::copy(tile + h * nr, tile + h * nr + cols, c + h * n + b * nr);
+    }
+  };
   const std::int64_t group = std::max<std::int64_t>(1, H / (4 * num_threads()));
   parallel_for((H + group - 1) / group, group * n * (2 * C + rope), [&](std::int64_t g) {
     const std::int64_t h0 = g * group, hn = std::min(group, H - h0);
     float* sc = scores + h0 * n;
     float* pe_part = detail::attention_scratch(0, static_cast<std::size_t>(hn * n));
     float* o = detail::attention_scratch(1, static_cast<std::size_t>(hn * C));
-    detail::matmul_exact_products(hn, n, C, ql + h0 * C, C, kv, C, true, sc, n);
-    detail::matmul_exact_products(hn, n, rope, qp + h0 * rope, rope, pe, rope, true, pe_part, n);
+    float* tile = detail::attention_scratch(2, static_cast<std::size_t>(hn * nr));
+    scores_of(hn, ql + h0 * C, C, kv_panels, kv_chunks, sc, tile);
+    scores_of(hn, qp + h0 * rope, rope, pe_panels, pe_chunks, pe_part, tile);
     for (std::int64_t h = 0; h < hn; ++h) {
       float* p = sc + h * n;
       for (std::int64_t j = 0; j < n; ++j) {
