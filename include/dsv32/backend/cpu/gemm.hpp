@@ -6,7 +6,8 @@
 /// Weights stay in their stored dtype and are widened in registers or in a small per-thread panel,
 /// so no wholesale wide copy of a weight ever exists. Two shapes of work:
 /// - few activation rows (decode): weight rows are streamed once per call, every thread on its own
-///   rows of the same matrix; FP8 rows are turned into doubles eight codes at a time by bit shifts;
+///   rows of the same matrix; FP8 rows are turned into doubles eight codes at a time by bit shifts
+///   (exact mode), or into bf16 pairs 64 codes at a time by byte lookups for VDPBF16PS (fast mode);
 /// - many rows (prefill): a weight panel is packed (widened, transposed) once per 128 columns and
 ///   reused by every row tile of the activations, BLIS-style, every thread on its own panels.
 ///

@@ -7,6 +7,9 @@
 /// The small-M FP8 kernel reads each weight byte once: 8 E4M3 codes become 8 doubles by shifting
 /// their bits into place (an E4M3 value times 2^-1016, subnormal codes included), which against
 /// x * 2^512 gives products at 2^-504 scale, far from double's underflow.
+/// Its fast-mode sibling (e4m3_pair_rows, AVX512_VBMI) looks 64 codes up at once as the two bytes of
+/// their bf16 values (VPERMI2B over 128-entry tables), unpacks them into column pairs and feeds
+/// VDPBF16PS with lanes running along k, one accumulator per (x row, weight row).
 #pragma once
 
 #include "dsv32/backend/cpu/simd/isa.hpp"
