@@ -27,7 +27,7 @@ ChatRequest read_chat_request(std::string_view input) {
   nlohmann::json request;
   try {
     request = nlohmann::json::parse(input);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax errors, and numbers past double's range
     dsv32::fail(ErrorKind::invalid_argument, "input is not valid JSON (expected a chat object): ", e.what());
   }
   if (!request.is_object())

@@ -119,7 +119,7 @@ std::string read_input(const Arguments& args) {
 nlohmann::json parse_json_input(const std::string& input, const char* what) {
   try {
     return nlohmann::json::parse(input);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax errors, and numbers past double's range
     dsv32::fail(dsv32::ErrorKind::invalid_argument, "input is not valid JSON (expected ", what, "): ", e.what());
   }
 }

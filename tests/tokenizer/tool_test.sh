@@ -109,6 +109,9 @@ check_fails "chat tool role" "role \"tool\" (tool outputs) is not supported with
 check_fails "chat thinking v3" "DeepSeek-V3's chat template has none" \
   "$tool" --tokenizer "$dir" --chat --text '{"messages": [], "thinking": true}'
 check_fails "chat not object" "expected a JSON object" "$tool" --tokenizer "$dir" --chat --text '[1]'
+# a number past double's range (fuzz smoke finding, fuzz/regressions/chat/): an error, not a crash
+check_fails "chat number overflow" "input is not valid JSON" \
+  "$tool" --tokenizer "$dir" --chat --text '{"messages": [], "x": 1'"$(printf '1%.0s' $(seq 400))"'}'
 check_fails "chat bad flag" "\"add_generation_prompt\" must be true or false" "$tool" --tokenizer "$dir" --chat --text '{"messages": [], "add_generation_prompt": "yes"}'
 check_fails "option mismatch" "--ids applies to --chat only" "$tool" --tokenizer "$dir" --ids --text x
 
