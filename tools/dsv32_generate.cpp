@@ -129,6 +129,10 @@ generation:
                        turn t uses seed S + t
   --eos-id ID|none     token that ends a completion (default: the tokenizer's eos in text and
                        chat modes; none for token ids)
+  --fp8-fast           FP8 checkpoints: sum each 128-wide block of FP8 products in f32 on bf16
+                       dot products (cpu::Fp8Accumulation::fast: faster prefill and decode on
+                       AVX-512 hosts; logits within the documented tolerance of the default, exact
+                       arithmetic; see docs/performance.md)
 
 output:
   Token ids: one line per prompt with its completion's ids (streamed for a single prompt).
@@ -160,7 +164,7 @@ struct Arguments {
   std::optional<fs::path> tokenizer;
   std::optional<std::string> prompt_text;
   std::optional<fs::path> replay_ids;
-  bool text = false, raw = false, chat = false, thinking = false, quiet = false;
+  bool text = false, raw = false, chat = false, thinking = false, quiet = false, fp8_fast = false;
   dsv32::GenerateOptions gen;
   bool eos_given = false;
   int world_size = 1;  // --world-size: ranks as threads
@@ -238,6 +242,8 @@ Arguments parse_arguments(int argc, char** argv) {
       a.replay_ids = value();
     } else if (arg == "--quiet") {
       a.quiet = true;
+    } else if (arg == "--fp8-fast") {
+      a.fp8_fast = true;
     } else if (arg == "--max-new-tokens") {
       a.gen.max_new_tokens = parse_int(arg, value(), 0, kMaxInt);
     } else if (arg == "--temperature") {
@@ -876,6 +882,7 @@ int main(int argc, char** argv) {
   }
 #endif
   const Arguments args = parse_arguments(argc, argv);
+  if (args.fp8_fast) dsv32::cpu::set_fp8_accumulation(dsv32::cpu::Fp8Accumulation::fast);  // process-wide
 #if defined(DSV32_GENERATE_WITH_MPI)
   if (comm) {
     if (args.world_size > 1) usage_error("--world-size runs ranks as threads; under mpirun each process is a rank");
