@@ -96,10 +96,12 @@ Fp8Weight random_fp8_weight(std::int64_t out, std::int64_t in, std::mt19937& gen
   return w;
 }
 
-// The reference's FP8 GEMM written naively: per K block the exact dot of E4M3 values (in double,
-// where every product and partial sum of E4M3 values is exact), rounded to f32, times
-// a_scale * w_scale, summed over blocks in f32; the result rounded to bf16.
-std::vector<bf16> reference_fp8_linear(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w, ScaleFmt fmt) {
+// The reference's FP8 GEMM scaffold: x quantized per 1x128 block, then per output and K block
+// f32(dot of the block's E4M3 values) * (a_scale * w_scale), summed over blocks in f32, rounded to
+// bf16; block_dot(x codes, w codes) gives the block's dot as the mode under test defines it.
+template <class BlockDot>
+std::vector<bf16> reference_fp8_linear_with(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
+                                            ScaleFmt fmt, BlockDot&& block_dot) {
   const std::int64_t k = w.in, kb = k / 128, sc = kb;
   std::vector<std::uint8_t> xq(static_cast<std::size_t>(m * k));
   std::vector<float> xs(static_cast<std::size_t>(m * kb));
@@ -110,36 +112,7 @@ std::vector<bf16> reference_fp8_linear(const std::vector<bf16>& x, std::int64_t 
     for (std::int64_t n = 0; n < w.out; ++n) {
       float acc = 0.0f;
       for (std::int64_t b = 0; b < kb; ++b) {
-        double dot = 0.0;
-        for (std::int64_t i = b * 128; i < (b + 1) * 128; ++i) dot += e4m3_value(xq[r * k + i]) * e4m3_value(w.codes[n * k + i]);
-        const float scale = xs[r * kb + b] * w.scale[(n / 128) * sc + b];
-        acc += static_cast<float>(dot) * scale;
-      }
-      y[r * w.out + n] = bf16(acc);
-    }
-  return y;
-}
-
-// The fast mode's formula: the same, with each block's dot summed in f32 in VDPBF16PS's order: from
-// +0, per pair of columns (2p, 2p + 1) first the odd column's product, then the even one's.
-std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
-                                            ScaleFmt fmt) {
-  const std::int64_t k = w.in, kb = k / 128, sc = kb;
-  std::vector<std::uint8_t> xq(static_cast<std::size_t>(m * k));
-  std::vector<float> xs(static_cast<std::size_t>(m * kb));
-  for (std::int64_t r = 0; r < m; ++r)
-    for (std::int64_t b = 0; b < kb; ++b) xs[r * kb + b] = reference_block_quant(&x[r * k + b * 128], fmt, &xq[r * k + b * 128]);
-  std::vector<bf16> y(static_cast<std::size_t>(m * w.out));
-  for (std::int64_t r = 0; r < m; ++r)
-    for (std::int64_t n = 0; n < w.out; ++n) {
-      float acc = 0.0f;
-      for (std::int64_t b = 0; b < kb; ++b) {
-        float dot = 0.0f;
-        for (std::int64_t i = b * 128; i < (b + 1) * 128; i += 2)
-          for (const std::int64_t c : {i + 1, i}) {
-            const float p = static_cast<float>(e4m3_value(xq[r * k + c]) * e4m3_value(w.codes[n * k + c]));  // exact
-            dot += p;
-          }
+        const float dot = block_dot(&xq[r * k + b * 128], &w.codes[n * k + b * 128]);
         const float scale = xs[r * kb + b] * w.scale[(n / 128) * sc + b];
         acc += dot * scale;
       }
@@ -148,40 +121,52 @@ std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int
   return y;
 }
 
+// The exact mode, the reference's arithmetic written naively: each block's dot of E4M3 values in
+// double (where every product and partial sum is exact), rounded to f32.
+std::vector<bf16> reference_fp8_linear(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w, ScaleFmt fmt) {
+  return reference_fp8_linear_with(x, m, w, fmt, [](const std::uint8_t* xb, const std::uint8_t* wb) {
+    double dot = 0.0;
+    for (int i = 0; i < 128; ++i) dot += e4m3_value(xb[i]) * e4m3_value(wb[i]);
+    return static_cast<float>(dot);
+  });
+}
+
+// The fast mode's panel order (more than 8 rows): each block's dot summed in f32 in VDPBF16PS's
+// order: from +0, per pair of columns (2p, 2p + 1) first the odd column's product, then the even one's.
+std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
+                                            ScaleFmt fmt) {
+  return reference_fp8_linear_with(x, m, w, fmt, [](const std::uint8_t* xb, const std::uint8_t* wb) {
+    float dot = 0.0f;
+    for (int i = 0; i < 128; i += 2)
+      for (const int c : {i + 1, i}) {
+        const float p = static_cast<float>(e4m3_value(xb[c]) * e4m3_value(wb[c]));  // exact
+        dot += p;
+      }
+    return dot;
+  });
+}
+
 // The fast mode's row order (products of at most 8 rows), written from its definition in
 // simd/gemm_ops.hpp: the 64 column pairs of a block dealt to 16 lanes (lane d of the slot group g
 // within half h holds pair 32 h + 8 (d / 4) + d % 4 + 4 (g % 2)), each lane's pairs summed in
 // order (odd column first), the lanes added as a halving tree.
 std::vector<bf16> reference_fp8_linear_fast_rows(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
                                                  ScaleFmt fmt) {
-  const std::int64_t k = w.in, kb = k / 128, sc = kb;
-  std::vector<std::uint8_t> xq(static_cast<std::size_t>(m * k));
-  std::vector<float> xs(static_cast<std::size_t>(m * kb));
-  for (std::int64_t r = 0; r < m; ++r)
-    for (std::int64_t b = 0; b < kb; ++b) xs[r * kb + b] = reference_block_quant(&x[r * k + b * 128], fmt, &xq[r * k + b * 128]);
-  std::vector<bf16> y(static_cast<std::size_t>(m * w.out));
-  for (std::int64_t r = 0; r < m; ++r)
-    for (std::int64_t n = 0; n < w.out; ++n) {
-      float acc = 0.0f;
-      for (std::int64_t b = 0; b < kb; ++b) {
-        float lane[16] = {};
-        for (int h = 0; h < 2; ++h)
-          for (int g = 0; g < 2; ++g)
-            for (int d = 0; d < 16; ++d) {
-              const std::int64_t pair = 32 * h + 8 * (d / 4) + d % 4 + 4 * g, c = b * 128 + 2 * pair;
-              for (const std::int64_t col : {c + 1, c}) {
-                const float p = static_cast<float>(e4m3_value(xq[r * k + col]) * e4m3_value(w.codes[n * k + col]));
-                lane[d] += p;
-              }
-            }
-        for (int half = 8; half >= 1; half /= 2)
-          for (int i = 0; i < half; ++i) lane[i] += lane[i + half];
-        const float scale = xs[r * kb + b] * w.scale[(n / 128) * sc + b];
-        acc += lane[0] * scale;
-      }
-      y[r * w.out + n] = bf16(acc);
-    }
-  return y;
+  return reference_fp8_linear_with(x, m, w, fmt, [](const std::uint8_t* xb, const std::uint8_t* wb) {
+    float lane[16] = {};
+    for (int h = 0; h < 2; ++h)
+      for (int g = 0; g < 2; ++g)
+        for (int d = 0; d < 16; ++d) {
+          const int c = 2 * (32 * h + 8 * (d / 4) + d % 4 + 4 * g);
+          for (const int col : {c + 1, c}) {
+            const float p = static_cast<float>(e4m3_value(xb[col]) * e4m3_value(wb[col]));  // exact
+            lane[d] += p;
+          }
+        }
+    for (int half = 8; half >= 1; half /= 2)
+      for (int i = 0; i < half; ++i) lane[i] += lane[i + half];
+    return lane[0];
+  });
 }
 
 // The dense products' definition: each output the f32 sum of f32-rounded products in increasing k.
