@@ -219,14 +219,15 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
   float* pe_panels = detail::attention_scratch(9, static_cast<std::size_t>(blocks * pe_chunks * panel));
   parallel_for(blocks, nr * (C + rope), [&](std::int64_t b) {
     const int rows = static_cast<int>(std::min<std::int64_t>(nr, n - b * nr));
-    for (std::int64_t c = 0; c < kv_chunks; ++c)
-      ops.pack_f32(kv + b * nr * C + c * detail::kPanelK, C, rows,
-                   static_cast<int>(std::min<std::int64_t>(detail::kPanelK, C - c * detail::kPanelK)),
-                   kv_panels + (b * kv_chunks + c) * panel);
-    for (std::int64_t c = 0; c < pe_chunks; ++c)
-      ops.pack_f32(pe + b * nr * rope + c * detail::kPanelK, rope, rows,
-                   static_cast<int>(std::min<std::int64_t>(detail::kPanelK, rope - c * detail::kPanelK)),
-                   pe_panels + (b * pe_chunks + c) * panel);
+    // block b of keys [n][K] into its `chunks` panels
+    auto pack = [&](const float* keys, std::int64_t K, std::int64_t chunks, float* panels) {
+      for (std::int64_t c = 0; c < chunks; ++c)
+        ops.pack_f32(keys + b * nr * K + c * detail::kPanelK, K, rows,
+                     static_cast<int>(std::min<std::int64_t>(detail::kPanelK, K - c * detail::kPanelK)),
+                     panels + (b * chunks + c) * panel);
+    };
+    pack(kv, C, kv_chunks, kv_panels);
+    pack(pe, rope, pe_chunks, pe_panels);
   });
   // c[h][j] = sum_k a[h][k] key_j[k] over the packed keys, for hn heads
   auto scores_of = [&](std::int64_t hn, const float* a, std::int64_t K, const float* panels, std::int64_t chunks,
