@@ -160,55 +160,110 @@ TEST_CASE("cpu::index_scores and indexer_topk agree with a naive double referenc
   }
 }
 
+namespace {
+/// One sparse_attention() problem: random bf16 queries, keys/values and rope keys; each query selects
+/// a random subset of its causal prefix (`take(s, prefix)` positions of it, shuffled).
+struct SparseProblem {
+  std::int64_t S, H, nope, rope, v, start_pos, kmax;
+  float scale;
+  std::vector<bf16> q, kv, pe;
+  std::vector<std::int32_t> sel, count;
+
+  template <class Take>
+  SparseProblem(std::mt19937& gen, std::int64_t S_, std::int64_t H_, std::int64_t nope_, std::int64_t rope_,
+                std::int64_t v_, std::int64_t start_pos_, std::int64_t kmax_, Take take)
+      : S(S_), H(H_), nope(nope_), rope(rope_), v(v_), start_pos(start_pos_), kmax(kmax_),
+        scale(1.0f / std::sqrt(static_cast<float>(nope_ + rope_))),
+        q(random_bf16(S_ * H_ * (nope_ + rope_), gen)), kv(random_bf16((start_pos_ + S_) * H_ * (nope_ + v_), gen)),
+        pe(random_bf16((start_pos_ + S_) * rope_, gen)), sel(S_ * kmax_, -1), count(S_) {
+    for (std::int64_t s = 0; s < S; ++s) {
+      std::vector<std::int32_t> all(start_pos + s + 1);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), gen);
+      count[s] = static_cast<std::int32_t>(std::min<std::int64_t>(take(s, static_cast<std::int64_t>(all.size())), kmax));
+      std::copy(all.begin(), all.begin() + count[s], sel.begin() + s * kmax);
+    }
+  }
+  std::vector<bf16> run() const {
+    std::vector<bf16> out(S * H * v);
+    cpu::sparse_attention(q.data(), kv.data(), pe.data(), S, H, nope, rope, v, sel.data(), count.data(), kmax, scale,
+                          out.data());
+    return out;
+  }
+  /// Checks `out` against a dense softmax in double with -inf at every unselected position.
+  void check_against_dense(const std::vector<bf16>& out) const {
+    const std::int64_t T = start_pos + S, dq = nope + rope, dkv = nope + v;
+    double worst = 0.0;
+    for (std::int64_t s = 0; s < S; ++s)
+      for (std::int64_t h = 0; h < H; ++h) {
+        std::vector<double> p(T, -std::numeric_limits<double>::infinity());
+        for (std::int64_t j = 0; j < count[s]; ++j) {
+          const std::int64_t t = sel[s * kmax + j];
+          double dot = 0.0;
+          for (std::int64_t d = 0; d < nope; ++d) dot += f(q[(s * H + h) * dq + d]) * f(kv[(t * H + h) * dkv + d]);
+          for (std::int64_t d = 0; d < rope; ++d) dot += f(q[(s * H + h) * dq + nope + d]) * f(pe[t * rope + d]);
+          p[t] = dot * scale;
+        }
+        const double mx = *std::max_element(p.begin(), p.end());
+        double sum = 0.0;
+        for (double& x : p) sum += (x = std::exp(x - mx));
+        for (double& x : p) x /= sum;
+        for (std::int64_t d = 0; d < v; ++d) {
+          double ref = 0.0, mag = 0.0;
+          for (std::int64_t t = 0; t < T; ++t) {
+            const double vv = f(kv[(t * H + h) * dkv + nope + d]);
+            ref += p[t] * vv;
+            mag += p[t] * std::fabs(vv);
+          }
+          // bf16 probabilities (2^-9 relative each) and a bf16 result (2^-9 relative)
+          const double err = std::fabs(f(out[(s * H + h) * v + d]) - ref);
+          CHECK(err <= std::ldexp(mag, -8) + std::ldexp(std::fabs(ref), -8) + 1e-7);
+          worst = std::max(worst, err / (mag + 1e-30));
+        }
+      }
+    MESSAGE("sparse_attention (S " << S << ", kmax " << kmax << "): worst error / sum p|v| = " << worst);
+  }
+};
+
+bool same_bits(bf16 a, bf16 b) { return Eigen::numext::bit_cast<std::uint16_t>(a) == Eigen::numext::bit_cast<std::uint16_t>(b); }
+}  // namespace
+
 TEST_CASE("cpu::sparse_attention equals a dense softmax with a mask of the unselected positions") {
   std::mt19937 gen(21);
-  const std::int64_t S = 4, H = 3, nope = 16, rope = 8, v = 24, start_pos = 6, T = start_pos + S, kmax = 5;
-  const float scale = 1.0f / std::sqrt(24.0f);
-  const auto q = random_bf16(S * H * (nope + rope), gen), kv = random_bf16(T * H * (nope + v), gen),
-             pe = random_bf16(T * rope, gen);
-  // each query attends to a random subset of its causal prefix (at most kmax, in any order)
-  std::vector<std::int32_t> sel(S * kmax, -1);
-  std::vector<std::int32_t> count(S);
-  for (std::int64_t s = 0; s < S; ++s) {
-    std::vector<std::int32_t> all(start_pos + s + 1);
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), gen);
-    count[s] = static_cast<std::int32_t>(std::min<std::int64_t>(kmax, static_cast<std::int64_t>(all.size())) - s % 2);  // some with < kmax
-    std::copy(all.begin(), all.begin() + count[s], sel.begin() + s * kmax);
-  }
-  std::vector<bf16> out(S * H * v);
-  cpu::sparse_attention(q.data(), kv.data(), pe.data(), S, H, nope, rope, v, sel.data(), count.data(), kmax, scale, out.data());
+  // each query attends to a random subset of its causal prefix (at most kmax, some fewer, in any order)
+  const SparseProblem small(gen, 4, 3, 16, 8, 24, 6, 5, [](std::int64_t s, std::int64_t n) { return std::min<std::int64_t>(5, n) - s % 2; });
+  small.check_against_dense(small.run());
+  // more queries than one block takes, and selections whose unions force several block sizes
+  const SparseProblem sparse(gen, 130, 2, 16, 8, 16, 300, 40, [](std::int64_t s, std::int64_t) { return 1 + (s * 7) % 40; });
+  sparse.check_against_dense(sparse.run());
+  // a whole causal prefill (every visible position selected), as short prompts give
+  const SparseProblem causal(gen, 110, 2, 16, 8, 16, 0, 128, [](std::int64_t, std::int64_t n) { return n; });
+  causal.check_against_dense(causal.run());
+}
 
-  double worst = 0.0;
-  for (std::int64_t s = 0; s < S; ++s)
-    for (std::int64_t h = 0; h < H; ++h) {
-      // dense scores over all T positions; -inf where the query did not select
-      std::vector<double> p(T, -std::numeric_limits<double>::infinity());
-      for (std::int64_t j = 0; j < count[s]; ++j) {
-        const std::int64_t t = sel[s * kmax + j];
-        double dot = 0.0;
-        for (std::int64_t d = 0; d < nope; ++d) dot += f(q[(s * H + h) * (nope + rope) + d]) * f(kv[(t * H + h) * (nope + v) + d]);
-        for (std::int64_t d = 0; d < rope; ++d) dot += f(q[(s * H + h) * (nope + rope) + nope + d]) * f(pe[t * rope + d]);
-        p[t] = dot * scale;
-      }
-      const double mx = *std::max_element(p.begin(), p.end());
-      double sum = 0.0;
-      for (double& x : p) sum += (x = std::exp(x - mx));
-      for (double& x : p) x /= sum;
-      for (std::int64_t d = 0; d < v; ++d) {
-        double ref = 0.0, mag = 0.0;
-        for (std::int64_t t = 0; t < T; ++t) {
-          const double vv = f(kv[(t * H + h) * (nope + v) + nope + d]);
-          ref += p[t] * vv;
-          mag += p[t] * std::fabs(vv);
-        }
-        // bf16 probabilities (2^-9 relative each) and a bf16 result (2^-9 relative)
-        const double err = std::fabs(f(out[(s * H + h) * v + d]) - ref);
-        CHECK(err <= std::ldexp(mag, -8) + std::ldexp(std::fabs(ref), -8) + 1e-7);
-        worst = std::max(worst, err / (mag + 1e-30));
-      }
+TEST_CASE("cpu::sparse_attention: a query's output does not depend on the call's other queries or on its selection's order") {
+  // the documented sums run in increasing position order, one chain per score and output, so each
+  // query alone (S = 1), and the same selection in another order, give the same bits
+  std::mt19937 gen(22);
+  for (const bool causal : {false, true}) {
+    SparseProblem all(gen, 100, 2, 16, 8, 16, causal ? 0 : 60, causal ? 100 : 32,
+                      [&](std::int64_t s, std::int64_t n) { return causal ? n : 1 + (s * 5) % 32; });
+    const std::vector<bf16> together = all.run();
+    for (std::int64_t s = 0; s < all.S; s += 7) {
+      SparseProblem one = all;
+      one.S = 1;
+      one.q.assign(all.q.begin() + s * all.H * (all.nope + all.rope), all.q.begin() + (s + 1) * all.H * (all.nope + all.rope));
+      one.sel.assign(all.sel.begin() + s * all.kmax, all.sel.begin() + (s + 1) * all.kmax);
+      std::reverse(one.sel.begin(), one.sel.begin() + all.count[s]);
+      one.count = {all.count[s]};
+      const std::vector<bf16> alone = one.run();
+      std::int64_t differ = 0;
+      for (std::int64_t i = 0; i < all.H * all.v; ++i) differ += !same_bits(alone[i], together[s * all.H * all.v + i]);
+      CAPTURE(causal);
+      CAPTURE(s);
+      CHECK(differ == 0);
     }
-  MESSAGE("sparse_attention: worst error / sum p|v| = " << worst);
+  }
 }
 
 namespace {

@@ -125,10 +125,67 @@ inline void softmax_to_bf16(float* p, std::int64_t n) {
 }
 }  // namespace detail
 
+namespace detail {
+/// Queries of one sparse_attention() block: queries [s0, s1) attend within the union of their
+/// selected positions, `union_positions[u0, u0 + un)` in increasing order.
+struct QueryBlock {
+  std::int64_t s0 = 0, s1 = 0, u0 = 0, un = 0;
+};
+
+/// The most queries one sparse_attention() block takes (a multiple of every micro-tile height).
+inline constexpr std::int64_t kAttentionQueryBlock = 48;
+
+/// Splits S queries into blocks of consecutive queries (at most kAttentionQueryBlock) whose union of
+/// selected positions stays within twice the largest selection among them, so that the dense
+/// products over the union cost at most ~2x the selected ones; `column[s, j]` is the column of
+/// selected[s, j] in its block's union.
+inline std::vector<QueryBlock> plan_query_blocks(const std::int32_t* selected, const std::int32_t* count, std::int64_t S,
+                                                 std::int64_t k_max, std::vector<std::int32_t>& union_positions,
+                                                 std::vector<std::int32_t>& column) {
+  std::int64_t T = 0;
+  for (std::int64_t s = 0; s < S; ++s)
+    for (std::int64_t j = 0; j < count[s]; ++j) T = std::max<std::int64_t>(T, selected[s * k_max + j] + 1);
+  std::vector<std::int32_t> owner(static_cast<std::size_t>(T), -1);  // the block that holds a position
+  std::vector<QueryBlock> blocks;
+  union_positions.clear();
+  column.assign(static_cast<std::size_t>(S * k_max), 0);
+  for (std::int64_t s0 = 0; s0 < S;) {
+    const auto b = static_cast<std::int32_t>(blocks.size());
+    QueryBlock block{s0, s0, static_cast<std::int64_t>(union_positions.size()), 0};
+    std::int64_t widest = 0;
+    while (block.s1 < S && block.s1 - s0 < kAttentionQueryBlock) {
+      const std::int32_t* sel = selected + block.s1 * k_max;
+      const std::int64_t n = count[block.s1];
+      std::int64_t fresh = 0;
+      for (std::int64_t j = 0; j < n; ++j) fresh += owner[sel[j]] != b;
+      if (block.s1 > s0 && block.un + fresh > 2 * std::max(widest, n)) break;
+      for (std::int64_t j = 0; j < n; ++j)
+        if (owner[sel[j]] != b) owner[sel[j]] = b, union_positions.push_back(sel[j]);
+      block.un = static_cast<std::int64_t>(union_positions.size()) - block.u0;
+      widest = std::max(widest, n);
+      ++block.s1;
+    }
+    const auto first = union_positions.begin() + block.u0;
+    std::sort(first, union_positions.end());
+    for (std::int64_t c = 0; c < block.un; ++c) owner[first[c]] = static_cast<std::int32_t>(c);  // now: column
+    for (std::int64_t s = s0; s < block.s1; ++s)
+      for (std::int64_t j = 0; j < count[s]; ++j) column[s * k_max + j] = owner[selected[s * k_max + j]];
+    for (std::int64_t c = 0; c < block.un; ++c) owner[first[c]] = -2;  // held by no block id
+    blocks.push_back(block);
+    s0 = block.s1;
+  }
+  return blocks;
+}
+}  // namespace detail
+
 /// \brief MLA prefill attention of one sequence over the selected positions, keys and values from wkv_b.
 ///
-/// For query s and head h: p = softmax_t(scale * (q_nope . k_nope[t] + q_pe . k_pe[t])) over the
-/// selected t, rounded to bf16; out = bf16(sum_t p_t v[t]).
+/// For query s and head h: p = softmax_t(scale * (q[s,h] . [k_nope[t,h], k_pe[t]])) over the selected t,
+/// rounded to bf16; out = bf16(sum_t p_t v[t,h]). Every sum is f32 over exact products (bf16 x bf16)
+/// in one chain: the score over the nope dimensions then the rope ones, the softmax's max and sum and
+/// the output over the selected positions in increasing position order (the reference's dense masked
+/// form, whose unselected positions add zeros). Computed per head on blocks of consecutive queries:
+/// one product of the queries with the union of their selected keys, then one with the values.
 /// \param q        [S, H, nope + rope] bf16 (q_pe already rotated)
 /// \param kv       [T, H, nope + v] bf16: wkv_b applied to the cached latents
 /// \param k_pe     [T, rope] bf16 rotated key positional parts (the pe cache)
@@ -137,7 +194,7 @@ inline void softmax_to_bf16(float* p, std::int64_t n) {
 /// \param nope     qk_nope_head_dim
 /// \param rope     qk_rope_head_dim
 /// \param v        v_head_dim
-/// \param selected [S, k_max] positions; count[s] of them valid for query s
+/// \param selected [S, k_max] positions (each < T, distinct per query, in any order); count[s] of them valid
 /// \param count    [S] selected positions per query, each in [1, k_max]
 /// \param k_max    row stride of `selected` (index_topk)
 /// \param scale    softmax scale (mla_softmax_scale())
@@ -146,30 +203,47 @@ inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, st
                              std::int64_t nope, std::int64_t rope, std::int64_t v, const std::int32_t* selected,
                              const std::int32_t* count, std::int64_t k_max, float scale, bf16* out) {
   const std::int64_t dq = nope + rope, dkv = nope + v;
-  parallel_for(S, k_max * H * (dq + dkv), [&](std::int64_t s) {
-    // Positions outer, heads inner: each selected position's keys and values for all heads are one
-    // contiguous [H, nope + v] row, read (and widened) once per pass.
-    const std::int64_t n = count[s];
-    const std::int32_t* sel = selected + s * k_max;
-    RowMatrixF qf(H, dq), row(H, dkv), scores(H, n), acc = RowMatrixF::Zero(H, v);
-    Eigen::RowVectorXf pe(rope);
-    widen_bf16(q + s * H * dq, qf.data(), static_cast<std::size_t>(H * dq));
-    auto widen_row = [&](std::int64_t j) {
-      const bf16* src = kv + static_cast<std::int64_t>(sel[j]) * H * dkv;
-      widen_bf16(src, row.data(), static_cast<std::size_t>(H * dkv));
+  std::vector<std::int32_t> union_positions, column;
+  const std::vector<detail::QueryBlock> blocks =
+      detail::plan_query_blocks(selected, count, S, k_max, union_positions, column);
+  const auto nblocks = static_cast<std::int64_t>(blocks.size());
+  const std::int64_t mean_union = static_cast<std::int64_t>(union_positions.size()) / std::max<std::int64_t>(nblocks, 1);
+  parallel_for(nblocks * H, detail::kAttentionQueryBlock * (mean_union + 1) * (dq + v), [&](std::int64_t task) {
+    const detail::QueryBlock& blk = blocks[task / H];
+    const std::int64_t h = task % H, m = blk.s1 - blk.s0, U = blk.un;
+    const std::int32_t* pos = union_positions.data() + blk.u0;
+    const simd::GemmOps& ops = gemm_ops();
+    auto widen = [&](const bf16* src, std::int64_t n, float* dst) {
+      ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(src), n, dst);
     };
-    for (std::int64_t j = 0; j < n; ++j) {
-      widen_row(j);
-      for (std::int64_t d = 0; d < rope; ++d) pe[d] = static_cast<float>(k_pe[sel[j] * rope + d]);
-      scores.col(j) = (row.leftCols(nope).cwiseProduct(qf.leftCols(nope)).rowwise().sum() +
-                       qf.rightCols(rope) * pe.transpose()) * scale;
+    float* qo = detail::attention_scratch(0, static_cast<std::size_t>(m * std::max(dq, v)));  // queries, then outputs
+    float* keys = detail::attention_scratch(1, static_cast<std::size_t>(U * dq));
+    float* values = detail::attention_scratch(2, static_cast<std::size_t>(U * v));
+    float* sp = detail::attention_scratch(3, static_cast<std::size_t>((m + 1) * U));  // scores, then bf16 p
+    float* x = sp + m * U;
+    for (std::int64_t i = 0; i < m; ++i) widen(q + ((blk.s0 + i) * H + h) * dq, dq, qo + i * dq);
+    for (std::int64_t c = 0; c < U; ++c) {
+      const bf16* row = kv + (static_cast<std::int64_t>(pos[c]) * H + h) * dkv;
+      widen(row, nope, keys + c * dq);
+      widen(k_pe + static_cast<std::int64_t>(pos[c]) * rope, rope, keys + c * dq + nope);
+      widen(row + nope, v, values + c * v);
     }
-    for (std::int64_t h = 0; h < H; ++h) detail::softmax_to_bf16(scores.row(h).data(), n);
-    for (std::int64_t j = 0; j < n; ++j) {
-      widen_row(j);
-      acc.array() += row.rightCols(v).array().colwise() * scores.col(j).array();
+    detail::matmul_exact_products(m, U, dq, qo, dq, keys, dq, true, sp, U);
+    for (std::int64_t i = 0; i < m; ++i) {
+      const std::int64_t s = blk.s0 + i;
+      const std::int32_t* col = column.data() + s * k_max;
+      float* p = sp + i * U;
+      std::fill(x, x + U, -INFINITY);
+      float mx = -INFINITY;
+      for (std::int64_t j = 0; j < count[s]; ++j) mx = std::max(mx, x[col[j]] = p[col[j]] * scale);
+      float sum = 0.0f;
+      for (std::int64_t c = 0; c < U; ++c) sum += (x[c] = x[c] == -INFINITY ? 0.0f : std::exp(x[c] - mx));
+      const float inv = 1.0f / sum;
+      for (std::int64_t c = 0; c < U; ++c) p[c] = round_bf16(x[c] * inv);
     }
-    for (std::int64_t i = 0; i < H * v; ++i) out[s * H * v + i] = bf16(acc.data()[i]);
+    detail::matmul_exact_products(m, v, U, sp, U, values, v, false, qo, v);
+    for (std::int64_t i = 0; i < m; ++i)
+      for (std::int64_t d = 0; d < v; ++d) out[((blk.s0 + i) * H + h) * v + d] = bf16(qo[i * v + d]);
   });
 }
 
