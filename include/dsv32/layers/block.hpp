@@ -113,8 +113,12 @@ class Block {
 
   /// \brief Whether the FFN is an MoE (layer_id >= n_dense_layers).
   bool is_moe() const noexcept { return moe_.has_value(); }
-  /// \brief Allocates the attention's zero-filled caches for the runtime limits.
-  void allocate_caches(const RuntimeOptions& o) { attn_.allocate_caches(o); }
+  /// \brief Allocates the attention's zero-filled caches for the runtime limits and, on a backend
+  ///        that runs grouped experts, the MoE's expert table (the weights are bound by then).
+  void allocate_caches(const RuntimeOptions& o) {
+    attn_.allocate_caches(o);
+    if (moe_) moe_->prepare_experts();
+  }
 
  private:
   void ffn(ForwardContext<Backend>& ctx, MatrixView<const bf16, space> x, BlockScratch<Backend>& s,

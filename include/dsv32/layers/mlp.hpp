@@ -64,6 +64,13 @@ class MLP {
     w2_.forward(ctx, s.h1.mat(), out);
   }
 
+  /// \brief The gate projection w1 [inter, dim] (a grouped expert table reads its weights).
+  const Linear<Backend>& w1() const noexcept { return w1_; }
+  /// \brief The down projection w2 [dim, inter].
+  const Linear<Backend>& w2() const noexcept { return w2_; }
+  /// \brief The up projection w3 [inter, dim].
+  const Linear<Backend>& w3() const noexcept { return w3_; }
+
  private:
   Linear<Backend> w1_, w2_, w3_;
 };

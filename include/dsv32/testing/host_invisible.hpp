@@ -187,6 +187,10 @@ struct Kernels<testing::HostInvisible> {
   using Vec = VectorView<T, Space>;
   using Weight = WeightView<Space>;  ///< a weight of the backend's memory
   using K = Kernels<Cpu>;            ///< the code behind the seam
+  /// \brief Like the CPU backend whose code it runs, the MoE reads the plan's offsets back once per
+  ///        layer and runs each expert on its rows (runs_grouped_experts is false), so its replays check
+  ///        that path, bit for bit the CPU's, with that one read as the only host read of the layer.
+  static constexpr bool grouped_experts = false;
 
   /// \brief The host view behind a backend matrix view.
   template <class T>

@@ -136,6 +136,23 @@ __global__ void rope_kernel(bf16_bits* x, std::int64_t stride, std::int64_t rows
   }
 }
 
+/// One 1x128 block quantized by a warp (lane `lane` of 32): scale = activation_scale(amax), codes
+/// e4m3(clamp(x / scale)); lane 0 writes the scale. Shared by act_quant_kernel and the grouped experts.
+__device__ inline void quantize_block_warp(const bf16_bits* xb, bool ue8m0, int lane, std::uint8_t* q, float* scale) {
+  float v[kBlockSize / 32];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kBlockSize / 32; ++j) {
+    v[j] = load_bf16(xb + lane + 32 * j);
+    amax = fmaxf(amax, fabsf(v[j]));
+  }
+  amax = warp_max(amax);
+  const float s = activation_scale(amax, ue8m0);
+#pragma unroll
+  for (int j = 0; j < kBlockSize / 32; ++j) q[lane + 32 * j] = quantize_activation(v[j], s);
+  if (lane == 0) *scale = s;
+}
+
 /// 1x128 activation quantization, one warp per block of 128 columns of one row: scale =
 /// activation_scale(amax), codes e4m3(clamp(x / scale)). The scale of (row r, block kb) is written at
 /// scale[r * s_row + kb * s_col] (the contract's [rows, blocks] layout, or cuBLASLt's [blocks][ld]).
@@ -155,19 +172,7 @@ __global__ void act_quant_kernel(const bf16_bits* x, std::int64_t x_stride, std:
       if (lane == 0) scale[r * s_row + kb * s_col] = 1.0f;
       continue;
     }
-    const bf16_bits* xb = x + r * x_stride + kb * kBlockSize;
-    float v[kBlockSize / 32];
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kBlockSize / 32; ++j) {
-      v[j] = load_bf16(xb + lane + 32 * j);
-      amax = fmaxf(amax, fabsf(v[j]));
-    }
-    amax = warp_max(amax);
-    const float s = activation_scale(amax, ue8m0);
-#pragma unroll
-    for (int j = 0; j < kBlockSize / 32; ++j) q[lane + 32 * j] = quantize_activation(v[j], s);
-    if (lane == 0) scale[r * s_row + kb * s_col] = s;
+    quantize_block_warp(x + r * x_stride + kb * kBlockSize, ue8m0, lane, q, scale + r * s_row + kb * s_col);
   }
 }
 

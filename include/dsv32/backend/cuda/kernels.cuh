@@ -14,6 +14,7 @@
 #include "dsv32/backend/backend.hpp"
 #include "dsv32/backend/cuda/attention.cuh"
 #include "dsv32/backend/cuda/elementwise.cuh"
+#include "dsv32/backend/cuda/experts.cuh"
 #include "dsv32/backend/cuda/gemm.cuh"
 #include "dsv32/backend/cuda/memory.hpp"
 #include "dsv32/backend/cuda/moe.cuh"
@@ -221,6 +222,59 @@ struct Kernels<Cuda> {
                 "CUDA moe_plan: expert ids and weights must be contiguous [tokens, k]");
     cuda::launch_moe_plan(ctx, experts.data, weights.data, experts.rows, experts.cols, first_expert, offsets.size - 1,
                           rows.data, row_weights.data, offsets.data);
+  }
+  /// \brief The MoE layer runs its routed experts as one grouped call (expert_mlp_grouped()), reading no
+  ///        routing data on the host (runs_grouped_experts<Cuda>).
+  static constexpr bool grouped_experts = true;
+  // x [T, dim], experts [T, k], plan rows / row_weights [T k], offsets [n_local + 1] -> sum [T, dim] f32 (added to)
+  /// \brief sum[t] += sum over t's local experts e, in increasing e, of f32(MLP_e(x[t])) * weight: every
+  ///        expert's w2(bf16(silu(f32(w1 x)) * f32(w3 x))) on its rows of the plan, with the plan read on
+  ///        the device only (cuda::run_grouped_experts()). Scratch as ExpertGroupScratch, contiguous.
+  static void expert_mlp_grouped(Context& ctx, Mat<const bf16> x, Mat<const std::int32_t> experts,
+                                 std::int64_t first_expert, const ExpertGroupView<Space>& group,
+                                 Vec<const std::int32_t> rows, Vec<const float> row_weights,
+                                 Vec<const std::int32_t> offsets, const ExpertGroupScratch<Space>& s, Mat<float> sum) {
+    const std::int64_t T = x.rows, k = experts.cols, R = T * k;
+    const bool fp8 = group.dtype == DType::F8_E4M3;
+    DSV32_CHECK(experts.contiguous() && experts.rows == T && x.cols == group.dim && sum.rows == T &&
+                    sum.cols == group.dim && rows.size >= R && row_weights.size >= R && offsets.size == group.count + 1,
+                invalid_argument, "CUDA expert_mlp_grouped: input [", x.rows, ", ", x.cols, "], experts [", experts.rows,
+                ", ", experts.cols, "], plan of ", rows.size, " rows and ", offsets.size, " offsets, sum [", sum.rows,
+                ", ", sum.cols, "] do not fit ", group.count, " experts of dim ", group.dim);
+    auto fits = [](auto m, std::int64_t r, std::int64_t c) { return m.contiguous() && m.rows >= r && m.cols == c; };
+    DSV32_CHECK(fits(s.hidden, R, group.inter) && fits(s.out, R, group.dim) && s.tiles.size >= group.count + 1 &&
+                    s.order.size >= R &&
+                    (!fp8 || (fits(s.x_codes, T, group.dim) && fits(s.x_scales, T, group.dim / kBlockSize) &&
+                              fits(s.h_codes, R, group.inter) && fits(s.h_scales, R, group.inter / kBlockSize))),
+                invalid_argument, "CUDA expert_mlp_grouped: scratch smaller than ", R, " grouped rows of ", group.inter,
+                " and ", group.dim, " (contiguous)");
+    cuda::GroupedExpertArgs a;
+    a.x = b16(x.data);
+    a.x_stride = x.stride;
+    a.tokens = T;
+    a.experts = experts.data;
+    a.k = k;
+    a.first_expert = first_expert;
+    a.table = group.table;
+    a.n_local = group.count;
+    a.dtype = group.dtype;
+    a.dim = group.dim;
+    a.inter = group.inter;
+    a.ue8m0 = group.fmt == ScaleFmt::ue8m0;
+    a.rows = rows.data;
+    a.row_weights = row_weights.data;
+    a.offsets = offsets.data;
+    a.x_codes = s.x_codes.data;
+    a.x_scales = s.x_scales.data;
+    a.hidden = b16(s.hidden.data);
+    a.h_codes = s.h_codes.data;
+    a.h_scales = s.h_scales.data;
+    a.out = b16(s.out.data);
+    a.tiles = s.tiles.data;
+    a.order = s.order.data;
+    a.sum = sum.data;
+    a.sum_stride = sum.stride;
+    cuda::run_grouped_experts(ctx, a);
   }
   // [T, dim] -> [n, dim]
   /// \brief out[i] = x[rows[i]].

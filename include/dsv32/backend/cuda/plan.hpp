@@ -432,6 +432,48 @@ inline AttentionPlan plan_sparse_attention(std::int64_t nope, std::int64_t rope,
   return p;
 }
 
+/// \brief Rows and columns of one tile of the grouped expert GEMMs (a Tile x Tile block of outputs per
+///        thread block, as the reference GEMM).
+inline constexpr int kGroupedTile = 16;
+
+/// \brief The grouped expert compute of one MoE call, sized for the worst case so that no routing
+///        data comes back to the host: every (token, slot) pair on this rank (tokens * k grouped rows).
+///
+/// The gated GEMM (w1 and w3 with the SwiGLU epilogue) and the down GEMM (w2) run on a grid of
+/// (column tiles, row_blocks): block y takes global row tiles y, y + row_blocks, ... below the
+/// device's count of tiles (sum over experts of ceil(rows / tile)), which is at most max_row_tiles.
+struct GroupedExpertPlan {
+  std::int64_t max_rows = 0;       ///< tokens * k: grouped rows at most (each pair picks one local expert or none)
+  std::int64_t max_row_tiles = 0;  ///< ceil(max_rows / tile) + min(n_local, max_rows): row tiles at most
+  std::int64_t row_blocks = 0;     ///< grid.y of both GEMMs: max_row_tiles, at most kMaxGridBlocks
+  std::int64_t gate_col_tiles = 0; ///< grid.x of the gated GEMM: ceil(inter / tile)
+  std::int64_t down_col_tiles = 0; ///< grid.x of the down GEMM: ceil(dim / tile)
+  bool fp8 = false;                ///< E4M3 experts: x and the hidden rows are quantized per 1x128 block
+};
+
+/// \brief Plans the grouped expert compute of `tokens` tokens with k experts each over `n_local` local
+///        experts of shape w1, w3 [inter, dim], w2 [dim, inter].
+/// \throws Error(invalid_argument) for an empty or negative size, FP8 experts whose dim or inter is not a
+///         multiple of 128, or more grouped rows than 32-bit row indices hold
+inline GroupedExpertPlan plan_grouped_experts(std::int64_t tokens, std::int64_t k, std::int64_t n_local,
+                                              std::int64_t dim, std::int64_t inter, bool fp8) {
+  DSV32_CHECK(tokens >= 0 && k > 0 && n_local > 0 && dim > 0 && inter > 0, invalid_argument,
+              "CUDA grouped experts: ", tokens, " tokens, k = ", k, ", ", n_local, " local experts of [", inter, ", ",
+              dim, "] (positive sizes expected)");
+  DSV32_CHECK(!fp8 || (dim % kBlockSize == 0 && inter % kBlockSize == 0), invalid_argument,
+              "CUDA grouped experts: FP8 experts need dim and inter multiples of 128, got dim ", dim, ", inter ", inter);
+  DSV32_CHECK(tokens * k < (std::int64_t{1} << 31), invalid_argument, "CUDA grouped experts: ", tokens, " tokens x ", k,
+              " experts exceed 32-bit row indices");
+  GroupedExpertPlan p;
+  p.max_rows = tokens * k;
+  p.max_row_tiles = ceil_div(p.max_rows, kGroupedTile) + std::min(n_local, p.max_rows);
+  p.row_blocks = std::clamp<std::int64_t>(p.max_row_tiles, 1, kMaxGridBlocks);
+  p.gate_col_tiles = ceil_div(inter, kGroupedTile);
+  p.down_col_tiles = ceil_div(dim, kGroupedTile);
+  p.fp8 = fp8;
+  return p;
+}
+
 /// @}
 
 }  // namespace dsv32::cuda
