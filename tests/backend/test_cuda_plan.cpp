@@ -10,6 +10,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -264,4 +265,141 @@ TEST_CASE("CUDA plan: scale repacking, vector-scale layout, heuristic keys and l
                            dsv32::ErrorKind::unsupported, {"scratch"});
   dsv32::test::check_error([] { (void)cu::plan_sparse_attention(128, 64, 1 << 20, 227u << 10); },
                            dsv32::ErrorKind::unsupported, {"shared memory"});
+}
+
+TEST_CASE("CUDA plan: hand-computed chunks, attention and row launches, vector-scale indices") {
+  using dsv32::DType;
+  // the 671B FP8 shape with 64 MiB of scratch: a row costs 7168 code bytes + 56 scales * 4 = 7392 bytes;
+  // floor((64 MiB - 4 * 256) / 7392) = 9078 rows, 9076 as a multiple of 4, more than the 2048 asked:
+  // one chunk of all 2048 rows; codes 2048 * 7168 = 14680064 bytes, then scales 56 * 2048 * 4 = 458752
+  cu::GemmRequest r{DType::F8_E4M3, false, 2048, 2048, 7168, 7168, 2048, true};
+  auto p = cu::plan_linear(r, 64u << 20);
+  CHECK(p.chunk_rows == 2048);
+  CHECK(p.x_offset == 0);
+  CHECK(p.x_scale_offset == 14680064);
+  CHECK(p.scratch_bytes == 14680064 + 458752);
+  // with 8 MiB: floor((8388608 - 1024) / 7392) = 1134 rows, 1132 as a multiple of 4
+  p = cu::plan_linear(r, 8u << 20);
+  CHECK(p.chunk_rows == 1132);
+
+  // latent attention: g heads need g * (C + R + k) * 4 bytes; C = 512, R = 64, k = 2048 -> 10496 per head
+  auto a = cu::plan_latent_attention(128, 512, 64, 2048, 227u << 10);
+  CHECK(a.heads_per_block == 8);
+  CHECK(a.smem == 8 * 10496);
+  a = cu::plan_latent_attention(12, 512, 64, 2048, 227u << 10);  // 8 does not divide 12
+  CHECK(a.heads_per_block == 4);
+  CHECK(a.smem == 4 * 10496);
+  a = cu::plan_latent_attention(16, 512, 64, 2048, 48u << 10);  // 8 heads (83968 bytes) exceed 48 KiB
+  CHECK(a.heads_per_block == 4);
+  a = cu::plan_latent_attention(3, 512, 64, 2048, 227u << 10);  // odd: one head per block
+  CHECK(a.heads_per_block == 1);
+  CHECK(a.smem == 10496);
+  dsv32::test::check_error([] { (void)cu::plan_latent_attention(1, 512, 64, 2048, 10000); },
+                           dsv32::ErrorKind::unsupported, {"shared memory", "10496"});
+  // sparse attention: (nope + rope + k) * 4 bytes, 128 threads
+  const auto sp = cu::plan_sparse_attention(128, 64, 2048, 227u << 10);
+  CHECK(sp.smem == (128 + 64 + 2048) * 4);
+  CHECK(sp.threads == 128);
+
+  // row launches: a block per row, threads = the row rounded up to a warp within [32, 256]
+  auto l = cu::row_launch(10, 7168, 4);
+  CHECK(l.blocks == 10);
+  CHECK(l.threads == 256);
+  CHECK(l.smem == 7168 * 4);
+  l = cu::row_launch(3, 40);
+  CHECK(l.threads == 64);
+  CHECK(l.smem == 0);
+  CHECK(cu::row_launch(1, 1).threads == 32);
+
+  // vector scales [k_blocks][ld]: row 3 of K block 2 with ld 8 sits at 2 * 8 + 3
+  CHECK(cu::vector_scale_index(3, 2, 8) == 19);
+  CHECK(cu::vector_scale_index(0, 0, 4) == 0);
+  const std::vector<float> act = {1, 2, 3, 4, 5, 6};  // [3 rows, 2 blocks]
+  std::vector<float> vec(8);
+  cu::to_vector_scale_layout(act.data(), 3, 2, 4, vec.data());
+  for (std::int64_t row = 0; row < 3; ++row)
+    for (std::int64_t kb = 0; kb < 2; ++kb)
+      CHECK(vec[static_cast<std::size_t>(cu::vector_scale_index(row, kb, 4))] == act[static_cast<std::size_t>(row * 2 + kb)]);
+}
+
+TEST_CASE("CUDA grouped experts: the worst-case plan, row tiles, each row's expert and the combine order") {
+  // 671B prefill of 2048 tokens, 8 experts each, 256 local experts: 16384 rows; at most
+  // ceil(16384 / 16) = 1024 full tiles plus one partial tile per non-empty expert (256)
+  auto p = cu::plan_grouped_experts(2048, 8, 256, 7168, 2048, true);
+  CHECK(p.max_rows == 16384);
+  CHECK(p.max_row_tiles == 1024 + 256);
+  CHECK(p.row_blocks == 1280);
+  CHECK(p.gate_col_tiles == 2048 / 16);
+  CHECK(p.down_col_tiles == 7168 / 16);
+  p = cu::plan_grouped_experts(1, 8, 256, 7168, 2048, true);  // decode of one token: 8 rows, one tile each at most
+  CHECK(p.max_rows == 8);
+  CHECK(p.max_row_tiles == 1 + 8);
+  p = cu::plan_grouped_experts(0, 8, 256, 7168, 2048, true);
+  CHECK(p.max_rows == 0);
+  CHECK(p.row_blocks == 1);
+  p = cu::plan_grouped_experts(1 << 20, 8, 256, 64, 64, false);  // more tiles than a grid's y: blocks loop
+  CHECK(p.row_blocks == cu::kMaxGridBlocks);
+  dsv32::test::check_error([] { (void)cu::plan_grouped_experts(4, 2, 8, 200, 256, true); },
+                           dsv32::ErrorKind::invalid_argument, {"128", "200"});
+  dsv32::test::check_error([] { (void)cu::plan_grouped_experts(std::int64_t{1} << 29, 8, 8, 128, 128, true); },
+                           dsv32::ErrorKind::invalid_argument, {"32-bit"});
+
+  // group_of: bounds {0, 0, 3, 3, 7} hold groups 0 (empty), 1 = [0, 3), 2 (empty), 3 = [3, 7)
+  const std::vector<std::int32_t> bounds = {0, 0, 3, 3, 7};
+  CHECK(cu::group_of(bounds.data(), 4, 0) == 1);
+  CHECK(cu::group_of(bounds.data(), 4, 2) == 1);
+  CHECK(cu::group_of(bounds.data(), 4, 3) == 3);
+  CHECK(cu::group_of(bounds.data(), 4, 6) == 3);
+  // row tiles of 16: counts 0, 17, 0, 33 -> 0, 2, 0, 3 tiles
+  const std::vector<std::int32_t> offsets = {0, 0, 17, 17, 50};
+  std::vector<std::int32_t> tiles(5, -1);
+  cu::expert_row_tiles(offsets.data(), 4, 16, tiles.data());
+  CHECK(tiles == std::vector<std::int32_t>{0, 0, 2, 2, 5});
+
+  // random routings: the tiles cover each grouped row once, with its own expert, and each token's
+  // combine order is the CPU MoE's (its experts in increasing order, as the per-expert scatter-adds)
+  std::mt19937 gen(12);
+  for (const auto& [T, k, E, first, local] : std::vector<std::array<std::int64_t, 5>>{
+           {37, 4, 16, 4, 6}, {1, 8, 256, 0, 256}, {300, 8, 64, 32, 32}, {5, 3, 8, 0, 8}}) {
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(E));
+    for (std::int64_t e = 0; e < E; ++e) ids[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(e);
+    std::vector<std::int32_t> experts(static_cast<std::size_t>(T * k));
+    std::vector<float> weights(experts.size(), 0.5f);
+    for (std::int64_t t = 0; t < T; ++t) {
+      std::shuffle(ids.begin(), ids.end(), gen);
+      std::copy_n(ids.begin(), k, experts.begin() + t * k);
+    }
+    std::vector<std::int32_t> rows(experts.size()), offs(static_cast<std::size_t>(local + 1));
+    std::vector<float> rw(experts.size());
+    dsv32::cpu::moe_plan({experts.data(), T, k, k}, {weights.data(), T, k, k}, first, rows.data(), rw.data(), offs.data(),
+                         local);
+    const auto plan = cu::plan_grouped_experts(T, k, local, 128, 128, true);
+    std::vector<std::int32_t> t_of(static_cast<std::size_t>(local + 1));
+    cu::expert_row_tiles(offs.data(), local, cu::kGroupedTile, t_of.data());
+    CHECK(t_of.back() <= plan.max_row_tiles);
+    std::vector<int> covered(static_cast<std::size_t>(offs.back()), 0);
+    for (std::int64_t j = 0; j < t_of.back(); ++j) {
+      const std::int64_t e = cu::group_of(t_of.data(), local, j);
+      const std::int64_t row0 = offs[static_cast<std::size_t>(e)] + (j - t_of[static_cast<std::size_t>(e)]) * cu::kGroupedTile;
+      REQUIRE(row0 < offs[static_cast<std::size_t>(e) + 1]);
+      for (std::int64_t i = row0; i < std::min<std::int64_t>(row0 + cu::kGroupedTile, offs[static_cast<std::size_t>(e) + 1]); ++i) {
+        ++covered[static_cast<std::size_t>(i)];
+        CHECK(cu::group_of(offs.data(), local, i) == e);
+      }
+    }
+    CHECK(std::all_of(covered.begin(), covered.end(), [](int c) { return c == 1; }));
+    std::vector<std::int32_t> order(experts.size(), -1);
+    for (std::int64_t i = 0; i < offs.back(); ++i)
+      cu::expert_order_of_row(experts.data(), k, first, rows.data(), offs.data(), local, i, order.data());
+    std::vector<std::vector<std::int32_t>> cpu_order(static_cast<std::size_t>(T));  // the CPU loop's order
+    for (std::int64_t e = 0; e < local; ++e)
+      for (std::int32_t i = offs[static_cast<std::size_t>(e)]; i < offs[static_cast<std::size_t>(e) + 1]; ++i)
+        cpu_order[static_cast<std::size_t>(rows[static_cast<std::size_t>(i)])].push_back(i);
+    for (std::int64_t t = 0; t < T; ++t) {
+      std::vector<std::int32_t> mine;
+      for (std::int64_t r = 0; r < k && order[static_cast<std::size_t>(t * k + r)] >= 0; ++r)
+        mine.push_back(order[static_cast<std::size_t>(t * k + r)]);
+      CHECK(mine == cpu_order[static_cast<std::size_t>(t)]);
+    }
+  }
 }

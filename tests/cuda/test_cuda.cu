@@ -1,9 +1,11 @@
 // The CUDA backend's suite (one nvcc translation unit, to keep the CUDA build short): each kernel of
 // Kernels<Cuda> against Kernels<Cpu> on random inputs, every golden scenario and golden generation
 // replayed on Transformer<Config, Cuda>, and the seam's budgets (no allocation in forward(), one
-// synchronization per MoE layer plus one per pass). Without a CUDA device every case prints
-// "SKIPPED: no CUDA device" and ctest reports the test skipped (SKIP_REGULAR_EXPRESSION); the cases
-// that need no device (errors without a device, the memory space's traits) still run.
+// synchronization per pass: the MoE reads no routing data on the host). Without a CUDA device every
+// case that needs one prints "SKIPPED: no CUDA device" and ctest reports dsv32_cuda_tests skipped
+// (SKIP_REGULAR_EXPRESSION). The cases that need no device ("CUDA host: ..."; the errors without a
+// device, the memory space's traits) run as their own ctest entry, dsv32_cuda_host_tests, without the
+// skip expression, so that their failures show as failures (tests/cuda/tests.cmake).
 //
 // Tolerances against the CPU backend, and why:
 // - exact (bit for bit): embedding, gather_rows, scatter_add, round_to_bf16, widen_to_f32, hadamard,
@@ -32,6 +34,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -170,25 +173,27 @@ dsv32::RuntimeOptions options() {
 
 // ------------------------------------------------------------------------------------------ no device needed
 
-TEST_CASE("CUDA: device memory is its own space, not host-visible; errors name the call") {
+TEST_CASE("CUDA host: device memory is its own space, not host-visible; errors name the call") {
   static_assert(!Mem::host_visible);
   static_assert(std::is_same_v<dsv32::space_of<Cuda>, dsv32::cuda::DeviceSpace>);
-  if (device()) return;
-  std::printf("SKIPPED: no CUDA device (checking the errors without one)\n");
-  try {
-    Ctx ctx;
-    FAIL("a context without a device");
-  } catch (const dsv32::Error& e) {
-    CHECK(e.kind() == dsv32::ErrorKind::unsupported);
-    CHECK(std::string(e.what()).find("CUDA") != std::string::npos);
-  }
-  try {
-    (void)Mem::allocate(1024);
-    FAIL("an allocation without a device");
-  } catch (const dsv32::Error& e) {
-    const std::string what = e.what();
-    CHECK(what.find("cudaMalloc(1024 bytes)") != std::string::npos);
-    CHECK(what.find("handles.hpp") != std::string::npos);
+  static_assert(dsv32::runs_grouped_experts<Cuda> && !dsv32::runs_grouped_experts<Cpu>);
+  if (!dsv32::cuda::device_available()) {  // without a device: what each call raises
+    std::printf("no CUDA device: checking the errors a context and an allocation raise without one\n");
+    try {
+      Ctx ctx;
+      FAIL("a context without a device");
+    } catch (const dsv32::Error& e) {
+      CHECK(e.kind() == dsv32::ErrorKind::unsupported);
+      CHECK(std::string(e.what()).find("CUDA") != std::string::npos);
+    }
+    try {
+      (void)Mem::allocate(1024);
+      FAIL("an allocation without a device");
+    } catch (const dsv32::Error& e) {
+      const std::string what = e.what();
+      CHECK(what.find("cudaMalloc(1024 bytes)") != std::string::npos);
+      CHECK(what.find("handles.hpp") != std::string::npos);
+    }
   }
 }
 
@@ -587,6 +592,160 @@ TEST_CASE("CUDA MoE: routing (sigmoid with bias and groups, softmax) and the exp
   }
 }
 
+namespace {
+
+// The grouped expert call against the CPU MoE's loop (gather, w1, w3, silu_mul, w2, scatter_add per
+// expert with tokens, in expert order) on a random routing of T tokens over E experts, this rank's
+// [first, first + local); expert `empty` gets no token (its tiles are empty).
+void check_grouped_experts(Ctx& ctx, dsv32::DType dtype, dsv32::ScaleFmt fmt, std::int64_t T, std::int64_t k,
+                           std::int64_t E, std::int64_t first, std::int64_t local, std::int64_t empty, std::int64_t dim,
+                           std::int64_t inter, double tolerance) {
+  CAPTURE(dsv32::dtype_name(dtype));
+  CAPTURE(T);
+  dsv32::ExecutionContext<Cpu> cctx;
+  std::mt19937 gen(static_cast<unsigned>(11 + T + dim));
+  const bool fp8 = dtype == dsv32::DType::F8_E4M3;
+  auto x = random_bf16(T * dim, gen);
+  // routing: k distinct experts per token, never `empty`; positive weights
+  std::vector<std::int32_t> experts(T * k);
+  std::vector<float> weights(T * k);
+  std::vector<std::int32_t> ids;
+  for (std::int64_t e = 0; e < E; ++e)
+    if (e != first + empty) ids.push_back(static_cast<std::int32_t>(e));
+  std::uniform_real_distribution<float> uw(0.05f, 1.0f);
+  for (std::int64_t t = 0; t < T; ++t) {
+    std::shuffle(ids.begin(), ids.end(), gen);
+    for (std::int64_t j = 0; j < k; ++j) {
+      experts[t * k + j] = ids[j];
+      weights[t * k + j] = uw(gen);
+    }
+  }
+  // weights of each local expert: w1, w3 [inter, dim], w2 [dim, inter]
+  struct HostExpert {
+    std::vector<std::uint8_t> c1, c3, c2;
+    std::vector<bf16> b1, b3, b2;
+    std::vector<float> s1, s3, s2;
+  };
+  std::vector<HostExpert> hx(static_cast<std::size_t>(local));
+  std::uniform_real_distribution<float> us(0.5e-3f, 2e-3f);
+  auto scales = [&](std::int64_t out, std::int64_t in) {
+    std::vector<float> v(static_cast<std::size_t>(((out + 127) / 128) * ((in + 127) / 128)));
+    for (auto& f : v) f = us(gen);
+    return v;
+  };
+  for (auto& h : hx) {
+    if (fp8) {
+      h.c1 = random_codes(inter * dim, gen), h.c3 = random_codes(inter * dim, gen), h.c2 = random_codes(dim * inter, gen);
+      h.s1 = scales(inter, dim), h.s3 = scales(inter, dim), h.s2 = scales(dim, inter);
+    } else {
+      h.b1 = random_bf16(inter * dim, gen, 0.1f), h.b3 = random_bf16(inter * dim, gen, 0.1f);
+      h.b2 = random_bf16(dim * inter, gen, 0.1f);
+    }
+  }
+  auto host_weight = [&](HostExpert& h, int which) {
+    const std::int64_t out = which == 2 ? dim : inter, in = which == 2 ? inter : dim;
+    if (fp8) {
+      auto& c = which == 1 ? h.c1 : which == 3 ? h.c3 : h.c2;
+      auto& sc = which == 1 ? h.s1 : which == 3 ? h.s3 : h.s2;
+      return dsv32::WeightView<>{dtype, c.data(), out, in, sc.data()};
+    }
+    auto& b = which == 1 ? h.b1 : which == 3 ? h.b3 : h.b2;
+    return dsv32::WeightView<>{dtype, b.data(), out, in, nullptr};
+  };
+  // the CPU MoE's loop
+  std::vector<std::int32_t> rows(T * k), offsets(local + 1);
+  std::vector<float> rw(T * k);
+  KCpu::moe_plan(cctx, hmat(experts, T, k), hmat(weights, T, k), first, hvec(rows), hvec(rw), hvec(offsets));
+  REQUIRE(offsets[empty + 1] == offsets[empty]);
+  std::vector<float> want(T * dim, 0.0f);
+  for (std::int64_t e = 0; e < local; ++e) {
+    const std::int64_t begin = offsets[e], n = offsets[e + 1] - begin;
+    if (n == 0) continue;
+    std::vector<bf16> xe(n * dim), h1(n * inter), h3(n * inter), ye(n * dim);
+    const dsv32::VectorView<std::int32_t> rv{rows.data() + begin, n};
+    KCpu::gather_rows(cctx, hmat(x, T, dim), rv, hmat(xe, n, dim));
+    auto& h = hx[static_cast<std::size_t>(e)];
+    KCpu::linear(cctx, hmat(xe, n, dim), host_weight(h, 1), fmt, hmat(h1, n, inter));
+    KCpu::linear(cctx, hmat(xe, n, dim), host_weight(h, 3), fmt, hmat(h3, n, inter));
+    KCpu::silu_mul(cctx, hmat(h1, n, inter), hmat(h3, n, inter), hmat(h1, n, inter));
+    KCpu::linear(cctx, hmat(h1, n, inter), host_weight(h, 2), fmt, hmat(ye, n, dim));
+    KCpu::scatter_add(cctx, hmat(ye, n, dim), rv, dsv32::VectorView<float>{rw.data() + begin, n}, hmat(want, T, dim));
+  }
+  // the grouped call: weights and their table in device memory, the plan made on the device
+  std::vector<std::unique_ptr<Dev<std::uint8_t>>> dcodes;
+  std::vector<std::unique_ptr<Dev<bf16>>> dbf;
+  std::vector<std::unique_ptr<Dev<float>>> dsc;
+  std::vector<dsv32::ExpertPointers> table(static_cast<std::size_t>(local));
+  auto upload = [&](HostExpert& h, int which, const void*& data, const float*& scale) {
+    if (fp8) {
+      dcodes.push_back(std::make_unique<Dev<std::uint8_t>>(which == 1 ? h.c1 : which == 3 ? h.c3 : h.c2));
+      dsc.push_back(std::make_unique<Dev<float>>(which == 1 ? h.s1 : which == 3 ? h.s3 : h.s2));
+      data = dcodes.back()->p;
+      scale = dsc.back()->p;
+    } else {
+      dbf.push_back(std::make_unique<Dev<bf16>>(which == 1 ? h.b1 : which == 3 ? h.b3 : h.b2));
+      data = dbf.back()->p;
+      scale = nullptr;
+    }
+  };
+  for (std::int64_t e = 0; e < local; ++e) {
+    auto& t = table[static_cast<std::size_t>(e)];
+    upload(hx[static_cast<std::size_t>(e)], 1, t.w1, t.w1_scale);
+    upload(hx[static_cast<std::size_t>(e)], 3, t.w3, t.w3_scale);
+    upload(hx[static_cast<std::size_t>(e)], 2, t.w2, t.w2_scale);
+  }
+  Dev<dsv32::ExpertPointers> dtable(table);
+  Dev<bf16> dx(x);
+  Dev<std::int32_t> dexp(experts), drows(T * k), doff(local + 1);
+  Dev<float> dw(weights), drw(T * k), dsum(T * dim);
+  KCuda::moe_plan(ctx, dexp.mat(T, k), dw.mat(T, k), first, drows.vec(), drw.vec(), doff.vec());
+  const std::int64_t R = T * k;
+  Dev<std::uint8_t> xc(fp8 ? T * dim : 1), hc(fp8 ? R * inter : 1);
+  Dev<float> xs(fp8 ? T * dim / 128 : 1), hs(fp8 ? R * inter / 128 : 1);
+  Dev<bf16> hidden(R * inter), out(R * dim);
+  Dev<std::int32_t> tiles(local + 1), order(R);
+  dsv32::ExpertGroupScratch<Space> g;
+  if (fp8) {
+    g.x_codes = xc.mat(T, dim);
+    g.x_scales = xs.mat(T, dim / 128);
+    g.h_codes = hc.mat(R, inter);
+    g.h_scales = hs.mat(R, inter / 128);
+  }
+  g.hidden = hidden.mat(R, inter);
+  g.out = out.mat(R, dim);
+  g.tiles = tiles.vec();
+  g.order = order.vec();
+  const dsv32::ExpertGroupView<Space> group{dtable.p, local, dtype, dim, inter, fmt};
+  const std::uint64_t syncs = ctx.synchronizations;
+  KCuda::expert_mlp_grouped(ctx, dx.mat(T, dim), dexp.mat(T, k), first, group, drows.vec(), drw.vec(), doff.vec(), g,
+                            dsum.mat(T, dim));
+  CHECK(ctx.synchronizations == syncs);  // nothing waited for: no routing data read on the host
+  const auto got = dsum.host(ctx);
+  CHECK(rel_error(got, want) <= tolerance);
+  std::size_t same = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) same += got[i] == want[i] ? 1 : 0;
+  MESSAGE(dsv32::dtype_name(dtype) << " grouped experts, T = " << T << ": " << same << " of " << got.size()
+                                   << " sums bit for bit the CPU's, max rel. error " << rel_error(got, want));
+}
+
+}  // namespace
+
+// Tolerances: FP8 products are the reference GEMM's (bit for bit the CPU's), but SwiGLU's exp may
+// differ from the CPU's expf by an ulp, which moves a hidden value by a bf16 ulp and can move its 1x128
+// block's codes: 2^-7 max |sum|, as the cuBLASLt products. BF16 experts: f32 sums in K order vs. the
+// CPU's order, then bf16 roundings: 2^-7 max |sum|.
+TEST_CASE("CUDA MoE: grouped expert compute (FP8 128x128 blocks, bf16) against the CPU MoE's per-expert loop") {
+  DSV32_REQUIRE_DEVICE();
+  Ctx ctx;
+  const auto ue8m0 = dsv32::ScaleFmt::ue8m0, none = dsv32::ScaleFmt::none;
+  for (const std::int64_t T : {1, 5, 37}) {
+    // 16 experts, this rank holds [4, 10) and expert 5 gets no token; several row tiles per expert at T = 37
+    check_grouped_experts(ctx, dsv32::DType::F8_E4M3, ue8m0, T, 4, 16, 4, 6, 1, 256, 384, 1.0 / 128);
+    check_grouped_experts(ctx, dsv32::DType::F8_E4M3, none, T, 3, 8, 0, 8, 2, 128, 256, 1.0 / 128);
+    check_grouped_experts(ctx, dsv32::DType::BF16, none, T, 4, 16, 4, 6, 1, 96, 80, 1.0 / 128);
+  }
+}
+
 // ------------------------------------------------------------------------------------------ the model on Cuda
 
 namespace {
@@ -655,6 +814,54 @@ TEST_CASE("CUDA golden: tiny_fp8_plain_scale") {
   DSV32_REQUIRE_DEVICE();
   check_golden<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
 }
+// Every prefill on the absorbed path (RuntimeOptions::absorbed_prefill_from = 0), as a Cuda prefill
+// past 1024 positions runs by default: absorb_query, latent_attention with cache_rows 0 (every query
+// of a sequence reads the same cache rows), project_values. Expected: tests/data/absorbed, the oracle's
+// token-by-token decode (tests/golden/test_golden.cpp replays the same on the CPU), with the acceptance
+// tolerance of the logits (<= 1e-3 of max |logit|) and the same argmax at every position.
+TEST_CASE("CUDA golden: prefills on the absorbed path equal the oracle's token-by-token decode") {
+  DSV32_REQUIRE_DEVICE();
+  auto check = [&]<class Config>(const std::string& name) {
+    CAPTURE(name);
+    const std::filesystem::path dir = kGolden / name;
+    const dsv32::ModelArgs args = dsv32::ModelArgs::from_file(dir / "config.json");
+    dsv32::RuntimeOptions runtime = args.runtime;
+    runtime.absorbed_prefill_from = 0;
+    dsv32::Transformer<Config, Cuda> model(runtime);
+    dsv32::load_checkpoint(model, dir / "model0-mp1.safetensors");
+    std::ifstream in(dir / "manifest.json");
+    const auto manifest = nlohmann::json::parse(in);
+    const auto tokens = manifest.at("calls").at(0).at("tokens").get<std::vector<std::vector<std::int32_t>>>();
+    REQUIRE(manifest.at("calls").at(0).at("start_pos").get<std::int64_t>() == 0);
+    const dsv32::Logits ours = model.forward(tokens, 0, {.all_positions = true});
+    const auto expected =
+        dsv32::SafetensorsFile::open(std::string(DSV32_TEST_DATA) + "/absorbed/" + name + ".safetensors");
+    const auto oracle = dsv32::testing::detail::read_f32(*expected, "logits");
+    REQUIRE(oracle.size() == ours.values.size());
+    const std::int64_t V = Config::vocab_size, B = ours.batch, S = ours.positions;
+    double worst = 0.0;
+    std::int64_t argmax_differs = 0;
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t p = 0; p < S; ++p) {
+        const float* e = oracle.data() + (b * S + p) * V;
+        const auto a = ours.row(b, p);
+        double err = 0.0, mag = 0.0;
+        for (std::int64_t v = 0; v < V; ++v) {
+          err = std::max(err, std::fabs(static_cast<double>(a[v]) - e[v]));
+          mag = std::max(mag, std::fabs(static_cast<double>(e[v])));
+        }
+        worst = std::max(worst, err / mag);
+        argmax_differs += (std::max_element(e, e + V) - e) != (std::max_element(a.begin(), a.end()) - a.begin());
+      }
+    MESSAGE(name << " on cuda: absorbed prefill vs the oracle's token-by-token decode: worst logits error " << worst
+                 << " of max |logit| over " << B * S << " positions");
+    CHECK(worst <= 1e-3);
+    CHECK(argmax_differs == 0);
+  };
+  check.operator()<dsv32::TinyBf16>("tiny_bf16");
+  check.operator()<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
+  check.operator()<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
+}
 TEST_CASE("CUDA golden generate: every scenario") {
   DSV32_REQUIRE_DEVICE();
   check_generation<dsv32::TinyBf16>("tiny_bf16");
@@ -663,10 +870,11 @@ TEST_CASE("CUDA golden generate: every scenario") {
   check_generation<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
 }
 
-TEST_CASE("CUDA forward(): no allocation, one synchronization per MoE layer plus one, logits near the CPU's") {
+TEST_CASE("CUDA forward(): no allocation, one synchronization per pass (the logits), logits near the CPU's") {
   DSV32_REQUIRE_DEVICE();
   using C = dsv32::TinyFp8Ue8m0Yarn;
-  constexpr std::uint64_t kMoeLayers = C::n_layers - C::n_dense_layers;
+  static_assert(dsv32::runs_grouped_experts<Cuda>, "the CUDA MoE reads no routing data on the host");
+  static_assert(C::n_layers > C::n_dense_layers);
   dsv32::Transformer<C, Cpu> cpu(options());
   dsv32::Transformer<C, Cuda> gpu(options());
   cpu.init_random(3);
@@ -674,7 +882,7 @@ TEST_CASE("CUDA forward(): no allocation, one synchronization per MoE layer plus
   const std::vector<std::int32_t> prompt = {4, 8, 15, 16, 23, 42, 7, 9};
   const std::uint64_t allocations = Mem::allocations(), syncs = gpu.context().synchronizations;
   dsv32::Logits l = gpu.forward(prompt, 2, 0);
-  CHECK(gpu.context().synchronizations - syncs == kMoeLayers + 1);
+  CHECK(gpu.context().synchronizations - syncs == 1);  // the MoE layers wait for nothing
   const dsv32::Logits want = cpu.forward(prompt, 2, 0);
   REQUIRE(l.values.size() == want.values.size());
   CHECK(rel_error(l.values, want.values) <= 1e-2);

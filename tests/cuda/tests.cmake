@@ -1,6 +1,9 @@
 # The CUDA backend's suite: one nvcc translation unit (tests/cuda/test_cuda.cu) with the shared doctest
-# main, built where CMake found the CUDA toolkit (target dsv32::cuda). Without a device every case
-# prints "SKIPPED: no CUDA device" and ctest reports the test as skipped, not passed.
+# main, built where CMake found the CUDA toolkit (target dsv32::cuda). Two ctest entries:
+# - dsv32_cuda_host_tests: the cases that need no device ("CUDA host: ..."), without a skip
+#   expression, so that a failing host-side check fails there whether a device exists or not;
+# - dsv32_cuda_tests: every other case; without a device each prints "SKIPPED: no CUDA device" and
+#   ctest reports the entry as skipped, not passed (none of those cases checks anything then).
 # Included by tests/CMakeLists.txt.
 if(NOT TARGET dsv32_cuda)
   return()
@@ -10,7 +13,8 @@ add_executable(dsv32_cuda_tests "${CMAKE_CURRENT_LIST_DIR}/test_cuda.cu" $<TARGE
 target_link_libraries(dsv32_cuda_tests PRIVATE dsv32::cuda doctest::doctest)
 target_include_directories(dsv32_cuda_tests PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}")
 target_compile_definitions(dsv32_cuda_tests PRIVATE DSV32_TEST_DATA="${DSV32_TEST_DATA}")
-add_test(NAME dsv32_cuda_tests COMMAND dsv32_cuda_tests)
+add_test(NAME dsv32_cuda_host_tests COMMAND dsv32_cuda_tests "--test-case=CUDA host:*")
+add_test(NAME dsv32_cuda_tests COMMAND dsv32_cuda_tests "--test-case-exclude=CUDA host:*")
 set_tests_properties(dsv32_cuda_tests PROPERTIES SKIP_REGULAR_EXPRESSION "SKIPPED: no CUDA device")
 
 # The NCCL component's tests, where dsv32::nccl exists (cmake/nccl.cmake):
