@@ -3,9 +3,14 @@
 //  2. every GEMM of one dense layer and one MoE layer (FP8 weights, bf16 activations) at M = 1, 8, 64
 //     (decode) and 2048 (prefill): Kernels<Cuda>::linear (quantization + cuBLASLt) next to a bare
 //     cuBLASLt call of the same shape on pre-quantized operands, in ms and TFLOP/s;
-//  3. attention and the indexer against context length (decode at batch 1, 8, 64; prefill of 2K);
-//  4. per layer, decode at batch 1, 8, 64 with a 4K context and prefill of 2K tokens: the sum of its
-//     kernels' times, and for decode the bytes it reads / time / the measured bandwidth.
+//  3. attention and the indexer against context length (1K, 4K, 16K; decode at batch 1, 8, 64), and a
+//     2K-token prefill on the path it takes by default (absorbed: absorb_query, latent_attention with
+//     cache_rows 0, project_values; the expanded sparse_attention of shorter prefills for comparison);
+//  4. the routed experts as the MoE layer runs them on Cuda: the plan and one grouped call over 256
+//     experts (8 per token) at 1, 8, 64 and 2048 tokens;
+//  5. per layer, decode at batch 1, 8, 64 with a 4K context and prefill of 2K tokens: the sum of its
+//     kernels' times (what it leaves out is printed), and for decode the bytes it reads / time / the
+//     measured bandwidth.
 // Times are medians of CUDA-event-timed repetitions. Without a device it prints SKIPPED and exits 0.
 //   dsv32-bench-cuda [reps]
 #include <dsv32/cuda.hpp>
@@ -210,17 +215,44 @@ int main(int argc, char** argv) {
     Mem::copy_from_host(cnt.p, c.data(), c.size() * 4);
   }
   const float scale = 0.07f;
+  const std::int64_t nope = 128, v_dim = 128, dq = nope + rope, dkv = nope + v_dim;
+  const Fp8Weight wkv_b = make_weight(ctx, H * dkv, C);  // absorb_query / project_values read it dequantized
   std::printf("\n%-34s %8s %8s %10s\n", "attention / indexer", "batch", "context", "ms");
-  std::vector<double> attn_ms, idx_ms;
-  for (const std::int64_t B : {1, 8, 64}) {
-    const double a = time_ms(ctx, reps, [&] {
-      K::latent_attention(ctx, {q_lat.as<bf16>(), B * H, C, C}, {q_pe.as<bf16>(), B * H, rope, rope},
-                          {kv.as<bf16>(), max_batch * 4096, C, C}, {pe.as<bf16>(), max_batch * 4096, rope, rope}, 4096, H,
-                          {sel.as<std::int32_t>(), B, topk, topk}, {cnt.as<std::int32_t>(), B}, scale,
-                          {out.as<bf16>(), B * H, C, C});
-    });
-    std::printf("%-34s %8lld %8d %10.4f\n", "latent attention (decode, top-2048)", static_cast<long long>(B), 4096, a);
-    attn_ms.push_back(a);
+  // decode at batch 1, 8, 64 and a 4K context, for the per-layer sums: latent attention, and the
+  // absorbed query and value projections around it
+  std::vector<double> attn_ms(3, 0.0), absorb_ms, idx_ms;
+  for (const std::int64_t context : {1024, 4096, 16384}) {
+    // each sequence selects min(top-k, context) positions spread over its context
+    const std::int64_t k = std::min(topk, context);
+    std::vector<std::int32_t> h(static_cast<std::size_t>(max_batch * topk), 0), c(max_batch, static_cast<std::int32_t>(k));
+    for (std::int64_t b = 0; b < max_batch; ++b)
+      for (std::int64_t j = 0; j < k; ++j) h[static_cast<std::size_t>(b * topk + j)] = static_cast<std::int32_t>(j * (context / k));
+    Mem::copy_from_host(sel.p, h.data(), h.size() * 4);
+    Mem::copy_from_host(cnt.p, c.data(), c.size() * 4);
+    for (int bi = 0; bi < 3; ++bi) {
+      const std::int64_t B = std::int64_t{1} << (3 * bi);  // 1, 8, 64
+      if (B * context > max_batch * 4096) continue;        // the latent cache holds 64 x 4K rows
+      const double a = time_ms(ctx, reps, [&] {
+        K::latent_attention(ctx, {q_lat.as<bf16>(), B * H, C, C}, {q_pe.as<bf16>(), B * H, rope, rope},
+                            {kv.as<bf16>(), B * context, C, C}, {pe.as<bf16>(), B * context, rope, rope}, context, H,
+                            {sel.as<std::int32_t>(), B, topk, topk}, {cnt.as<std::int32_t>(), B}, scale,
+                            {out.as<bf16>(), B * H, C, C});
+      });
+      std::printf("%-34s %8lld %8lld %10.4f\n", "latent attention (decode, top-2048)", static_cast<long long>(B),
+                  static_cast<long long>(context), a);
+      if (context == 4096) attn_ms[static_cast<std::size_t>(bi)] = a;
+    }
+  }
+  {
+    Buf qd = filled(ctx, max_batch * H * dq, 0, 2.0f), vals(max_batch * H * v_dim * 2);
+    for (const std::int64_t B : {1, 8, 64}) {
+      const double t = time_ms(ctx, reps, [&] {
+        K::absorb_query(ctx, {qd.as<bf16>(), B * H, dq, dq}, wkv_b.view(), H, nope, v_dim, {q_lat.as<bf16>(), B * H, C, C});
+        K::project_values(ctx, {out.as<bf16>(), B * H, C, C}, wkv_b.view(), H, nope, {vals.as<bf16>(), B * H, v_dim, v_dim});
+      });
+      std::printf("%-34s %8lld %8s %10.4f\n", "absorb_query + project_values", static_cast<long long>(B), "-", t);
+      absorb_ms.push_back(t);
+    }
   }
   for (const std::int64_t context : {1024, 4096, 16384}) {
     for (const std::int64_t B : {1, 8, 64}) {
@@ -237,11 +269,12 @@ int main(int argc, char** argv) {
       if (context == 4096) idx_ms.push_back(t);
     }
   }
-  // prefill: one sequence of 2K tokens
+  // prefill: one sequence of 2K tokens, causal selections (query s selects positions 0 .. min(top-k, s + 1) - 1)
   double prefill_attn = 0, prefill_idx = 0;
   {
-    const std::int64_t S = 2048, nope = 128, v = 128, dq = nope + rope, dkv = nope + v;
+    const std::int64_t S = 2048, v = v_dim, n = kAbsorbedPrefillRows;
     Buf q = filled(ctx, S * H * dq, 0, 2.0f), kvx = filled(ctx, S * H * dkv, 0, 2.0f), o(S * H * v * 2);
+    Buf ql(n * H * C * 2), ol(n * H * C * 2);
     {
       std::vector<std::int32_t> h(static_cast<std::size_t>(S * topk)), c(static_cast<std::size_t>(S));
       for (std::int64_t s = 0; s < S; ++s) {
@@ -251,7 +284,21 @@ int main(int argc, char** argv) {
       Mem::copy_from_host(sel.p, h.data(), h.size() * 4);
       Mem::copy_from_host(cnt.p, c.data(), c.size() * 4);
     }
+    // the path a 2K prefill takes (past RuntimeOptions::absorbed_prefill_from, 1024 by default), as
+    // layers/mla.hpp runs it: 256 queries at a time, all reading the sequence's cache rows (cache_rows 0)
     prefill_attn = time_ms(ctx, std::min(reps, 3), [&] {
+      for (std::int64_t t0 = 0; t0 < S; t0 += n) {
+        const MatrixView<const bf16, Space> q_rows{q.as<bf16>() + t0 * H * dq, n * H, dq, dq};
+        K::absorb_query(ctx, q_rows, wkv_b.view(), H, nope, v, {ql.as<bf16>(), n * H, C, C});
+        K::latent_attention(ctx, {ql.as<bf16>(), n * H, C, C}, {q.as<bf16>() + t0 * H * dq + nope, n * H, rope, dq},
+                            {kv.as<bf16>(), S, C, C}, {pe.as<bf16>(), S, rope, rope}, 0, H,
+                            {sel.as<std::int32_t>() + t0 * topk, n, topk, topk}, {cnt.as<std::int32_t>() + t0, n}, scale,
+                            {ol.as<bf16>(), n * H, C, C});
+        K::project_values(ctx, {ol.as<bf16>(), n * H, C, C}, wkv_b.view(), H, nope, {o.as<bf16>() + t0 * H * v, n * H, v, v});
+      }
+    });
+    // the expanded path of shorter prefills (wkv_b's keys and values per position, then sparse_attention)
+    const double expanded = time_ms(ctx, std::min(reps, 3), [&] {
       K::sparse_attention(ctx, {q.as<bf16>(), S, H * dq, H * dq}, {kvx.as<bf16>(), S, H * dkv, H * dkv},
                           {pe.as<bf16>(), S, rope, rope}, H, nope, v, {sel.as<std::int32_t>(), S, topk, topk},
                           {cnt.as<std::int32_t>(), S}, scale, {o.as<bf16>(), S, H * v, H * v});
@@ -262,14 +309,76 @@ int main(int argc, char** argv) {
                       {kscale.as<float>(), S, 1, 1}, S, 1, 0, {sel.as<std::int32_t>(), S, topk, topk},
                       {cnt.as<std::int32_t>(), S});
     });
-    std::printf("%-34s %8d %8d %10.4f\n", "sparse attention (prefill)", 1, 2048, prefill_attn);
+    std::printf("%-34s %8d %8d %10.4f\n", "absorbed attention (prefill)", 1, 2048, prefill_attn);
+    std::printf("%-34s %8d %8d %10.4f\n", "sparse attention (expanded prefill)", 1, 2048, expanded);
     std::printf("%-34s %8d %8d %10.4f\n", "indexer scores + top-2048 (prefill)", 1, 2048, prefill_idx);
   }
 
-  // ------------------------------------------------------------------ 4. per layer
+  // ------------------------------------------------------------------ 4. routed experts, grouped
+  // 256 local experts (world size 1) of w1, w3 [2048, 7168] and w2 [7168, 2048]; every token picks 8
+  // distinct experts at random; timed: moe_plan and the grouped call (no host read, no synchronization)
+  std::vector<double> expert_ms;
+  double expert_prefill = 0;
+  {
+    const std::int64_t E = 256, k = 8, dim = 7168, inter = 2048, Tmax = 2048, R = Tmax * k;
+    std::vector<Fp8Weight> ew;
+    ew.reserve(static_cast<std::size_t>(3 * E));
+    std::vector<ExpertPointers> table(static_cast<std::size_t>(E));
+    for (auto& t : table) {
+      ew.push_back(make_weight(ctx, inter, dim));
+      ew.push_back(make_weight(ctx, inter, dim));
+      ew.push_back(make_weight(ctx, dim, inter));
+      const auto& w1 = ew[ew.size() - 3];
+      const auto& w3 = ew[ew.size() - 2];
+      const auto& w2 = ew[ew.size() - 1];
+      t = {w1.codes.p, w1.scales.as<float>(), w3.codes.p, w3.scales.as<float>(), w2.codes.p, w2.scales.as<float>()};
+    }
+    Buf dtable(table.size() * sizeof(ExpertPointers));
+    Mem::copy_from_host(dtable.p, table.data(), dtable.bytes);
+    std::vector<std::int32_t> ids(static_cast<std::size_t>(E)), chosen(static_cast<std::size_t>(R));
+    for (std::int64_t e = 0; e < E; ++e) ids[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(e);
+    std::uint32_t state = 12345;
+    for (std::int64_t t = 0; t < Tmax; ++t) {  // a partial Fisher-Yates shuffle per token
+      for (std::int64_t j = 0; j < k; ++j) {
+        state = state * 1664525u + 1013904223u;
+        std::swap(ids[static_cast<std::size_t>(j)], ids[static_cast<std::size_t>(j + state % (E - j))]);
+        chosen[static_cast<std::size_t>(t * k + j)] = ids[static_cast<std::size_t>(j)];
+      }
+    }
+    Buf experts(R * 4), weights = filled(ctx, R, 2, 0.1f, 1.0f), rows(R * 4), row_weights(R * 4), offsets((E + 1) * 4);
+    Mem::copy_from_host(experts.p, chosen.data(), chosen.size() * 4);
+    Buf xc(Tmax * dim), xsc(Tmax * dim / 128 * 4), hidden(R * inter * 2), hc(R * inter), hs(R * inter / 128 * 4);
+    Buf eo(R * dim * 2), tiles((E + 1) * 4), order(R * 4), sum(Tmax * dim * 4);
+    ExpertGroupScratch<Space> g;
+    g.x_codes = {xc.as<std::uint8_t>(), Tmax, dim, dim};
+    g.x_scales = {xsc.as<float>(), Tmax, dim / 128, dim / 128};
+    g.hidden = {hidden.as<bf16>(), R, inter, inter};
+    g.h_codes = {hc.as<std::uint8_t>(), R, inter, inter};
+    g.h_scales = {hs.as<float>(), R, inter / 128, inter / 128};
+    g.out = {eo.as<bf16>(), R, dim, dim};
+    g.tiles = {tiles.as<std::int32_t>(), E + 1};
+    g.order = {order.as<std::int32_t>(), R};
+    const ExpertGroupView<Space> group{dtable.as<ExpertPointers>(), E, DType::F8_E4M3, dim, inter, ScaleFmt::ue8m0};
+    auto run = [&](std::int64_t T) {
+      K::moe_plan(ctx, {experts.as<std::int32_t>(), T, k, k}, {weights.as<float>(), T, k, k}, 0,
+                  {rows.as<std::int32_t>(), T * k}, {row_weights.as<float>(), T * k}, {offsets.as<std::int32_t>(), E + 1});
+      K::expert_mlp_grouped(ctx, {x.as<bf16>(), T, dim, dim}, {experts.as<std::int32_t>(), T, k, k}, 0, group,
+                            {rows.as<std::int32_t>(), T * k}, {row_weights.as<float>(), T * k},
+                            {offsets.as<std::int32_t>(), E + 1}, g, {sum.as<float>(), T, dim, dim});
+    };
+    std::printf("\n%-34s %8s %10s\n", "routed experts (grouped, FP8)", "tokens", "ms");
+    for (const std::int64_t T : {1, 8, 64}) {
+      expert_ms.push_back(time_ms(ctx, reps, [&] { run(T); }));
+      std::printf("%-34s %8lld %10.4f\n", "moe_plan + expert_mlp_grouped", static_cast<long long>(T), expert_ms.back());
+    }
+    expert_prefill = time_ms(ctx, std::min(reps, 3), [&] { run(Tmax); });
+    std::printf("%-34s %8lld %10.4f\n", "moe_plan + expert_mlp_grouped", static_cast<long long>(Tmax), expert_prefill);
+  }
+
+  // ------------------------------------------------------------------ 5. per layer
   // GEMM rows: attention GEMMs 0..5, dense MLP 6..7, expert MLP 8..9. A decode step of batch B runs the
   // attention GEMMs at M = B; a dense layer its MLP at M = B; a MoE layer one shared expert at M = B and
-  // min(8B, 256) routed experts of about 8B / experts rows each (timed at M = 1 or 8).
+  // the routed experts as one grouped call (section 4).
   const double fp8_attn_bytes = 1536.0 * 7168 + 24576.0 * 1536 + 576.0 * 7168 + 7168.0 * 16384 + 8192.0 * 1536 + 128.0 * 7168;
   const double dense_mlp_bytes = 3.0 * 18432 * 7168, expert_bytes = 3.0 * 2048 * 7168;
   std::printf("\n%-10s %-8s %8s | %10s %12s %10s %8s\n", "layer", "phase", "batch", "ms", "bytes read", "GB/s",
@@ -277,12 +386,12 @@ int main(int argc, char** argv) {
   for (int bi = 0; bi < 3; ++bi) {
     const std::int64_t B = std::int64_t{1} << (3 * bi);  // 1, 8, 64
     const int mi = bi;                                   // Ms index of M = B
-    const double attn = gemm_sum(0, 6, mi) + attn_ms[static_cast<std::size_t>(bi)] + idx_ms[static_cast<std::size_t>(bi)];
+    const double attn = gemm_sum(0, 6, mi) + attn_ms[static_cast<std::size_t>(bi)] +
+                        absorb_ms[static_cast<std::size_t>(bi)] + idx_ms[static_cast<std::size_t>(bi)];
     const double cache_bytes = static_cast<double>(B) * topk * (C + rope) * 2 + static_cast<double>(B) * 4096 * (ID + 4);
     const double dense_ms = attn + gemm_sum(6, 8, mi);
     const std::int64_t experts = std::min<std::int64_t>(8 * B, 256);
-    const int expert_mi = 8 * B / experts >= 8 ? 1 : 0;
-    const double moe_ms = attn + gemm_sum(8, 10, mi) + static_cast<double>(experts) * gemm_sum(8, 10, expert_mi);
+    const double moe_ms = attn + gemm_sum(8, 10, mi) + expert_ms[static_cast<std::size_t>(bi)];
     const double dense_bytes = fp8_attn_bytes + dense_mlp_bytes + cache_bytes;
     const double moe_bytes = fp8_attn_bytes + (1 + experts) * expert_bytes + cache_bytes;
     std::printf("%-10s %-8s %8lld | %10.3f %12.3e %10.0f %7.0f%%\n", "dense", "decode", static_cast<long long>(B), dense_ms,
@@ -292,8 +401,13 @@ int main(int argc, char** argv) {
   }
   const double prefill_common = gemm_sum(0, 6, 3) + prefill_attn + prefill_idx;
   std::printf("%-10s %-8s %8d | %10.3f\n", "dense", "prefill", 2048, prefill_common + gemm_sum(6, 8, 3));
-  // prefill routes 2048 x 8 rows over 256 experts: 64 rows each, timed as M = 64
-  std::printf("%-10s %-8s %8d | %10.3f\n", "moe", "prefill", 2048, prefill_common + gemm_sum(8, 10, 3) + 256 * gemm_sum(8, 10, 2));
-  std::printf("\n(per-layer figures sum the kernels' timed medians; norms, RoPE and the router are not included)\n");
+  std::printf("%-10s %-8s %8d | %10.3f\n", "moe", "prefill", 2048, prefill_common + gemm_sum(8, 10, 3) + expert_prefill);
+  std::printf("\nPer-layer figures sum the timed medians of: the attention GEMMs (wq_a, wq_b, wkv_a, wo, the indexer's wq_b\n"
+              "and wk), the indexer's scores and top-k, the attention (decode: absorb_query, latent_attention at a 4K\n"
+              "context, project_values; prefill: the absorbed path of a 2K prefill), and the dense MLP's GEMMs or the\n"
+              "shared expert's GEMMs plus the grouped routed experts (with moe_plan). They exclude: RMSNorm and the\n"
+              "fused residual, RoPE, the KV and indexer cache writes, the indexer's LayerNorm, Hadamard transforms\n"
+              "and query/key quantization, the gate's f32 GEMM and routing, the dense/shared MLP's SwiGLU, the\n"
+              "expert sum's rounding, launch gaps between kernels, and (world size > 1) the all-reduces.\n");
   return 0;
 }

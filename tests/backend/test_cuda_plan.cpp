@@ -1,8 +1,9 @@
 // Host-side tests of the CUDA backend, run on every machine (no GPU, no CUDA toolkit needed): the
 // scalar numerics its kernels call (backend/cuda/numeric.hpp) against the CPU backend's on every bf16
 // pattern and E4M3 code, the routing and expert plan its kernels run per thread
-// (backend/cuda/routing.hpp) against cpu::route() and cpu::moe_plan(), and the planning of cuBLASLt
-// products, scale layouts and kernel launches (backend/cuda/plan.hpp).
+// (backend/cuda/routing.hpp) against cpu::route() and cpu::moe_plan(), the grouped experts' indexing
+// (row tiles, a row's expert, the combine order) against the CPU MoE's per-expert loop, and the
+// planning of cuBLASLt products, scale layouts, grouped experts and kernel launches (backend/cuda/plan.hpp).
 #include "dsv32/backend/cuda/numeric.hpp"
 #include "dsv32/backend/cuda/plan.hpp"
 #include "dsv32/backend/cuda/routing.hpp"
