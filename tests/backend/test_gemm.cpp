@@ -330,13 +330,15 @@ TEST_CASE("cpu::linear_f32 / linear with BF16 and F32 weights, every ISA: bit-id
 
 TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast modes bit-identical to their formulas") {
   // m <= 8 takes the row-streaming decode kernels (fast mode: the row order), m > 8 the packed kernels
-  // (fast mode: the panel order)
+  // (fast mode: the panel order; x converted in several row chunks: m = 1600; tall row tiles against
+  // 128-row weight tiles when there are enough of those: n = 1100)
   std::mt19937 gen(23);
   struct Dims {
     std::int64_t m, k, n;
   };
   for (const Dims d : {Dims{1, 256, 200}, Dims{2, 128, 70}, Dims{3, 384, 129}, Dims{4, 128, 9}, Dims{5, 256, 64},
-                       Dims{7, 128, 33}, Dims{8, 256, 130}, Dims{9, 128, 100}, Dims{13, 384, 257}, Dims{30, 256, 40}}) {
+                       Dims{7, 128, 33}, Dims{8, 256, 130}, Dims{9, 128, 100}, Dims{13, 384, 257}, Dims{30, 256, 40},
+                       Dims{1600, 128, 40}, Dims{600, 128, 1100}}) {
     const Fp8Weight w = random_fp8_weight(d.n, d.k, gen);
     std::vector<bf16> x = random_bf16(static_cast<std::size_t>(d.m * d.k), gen);
     std::uniform_real_distribution<float> mag(-8.0f, 8.0f);
@@ -455,6 +457,56 @@ TEST_CASE("cpu::activation_scale and act_quant: closed forms") {
   }
 }
 
+TEST_CASE("act_quant's kernels, every ISA: every bf16 bit pattern quantized as encode_e4m3(clamp(x / s)), amax ignoring NaN") {
+  // all 65536 patterns (zeros, subnormals, the rounding boundaries, infinities, NaNs of both signs)
+  std::vector<std::uint16_t> x(65536);
+  std::iota(x.begin(), x.end(), std::uint16_t{0});
+  std::vector<std::uint8_t> got(x.size());
+  for (cpu::Isa isa : isas_here()) {
+    IsaScope scope(isa);
+    CAPTURE(cpu::isa_name(isa));
+    const dsv32::cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    for (const float s : {1.0f, 0.5f, std::ldexp(1.0f, -20), 0.3712f, 3.0e-7f, 1.0e4f}) {
+      CAPTURE(s);
+      ops.quantize_e4m3(x.data(), 65536, s, got.data());
+      std::int64_t wrong = 0;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        const float v = std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16) / s;
+        wrong += got[i] != dsv32::encode_e4m3(std::clamp(v, -448.0f, 448.0f));
+      }
+      CHECK(wrong == 0);
+    }
+    // odd lengths (the masked tail) leave the bytes after n alone
+    std::fill(got.begin(), got.end(), std::uint8_t{0xAA});
+    ops.quantize_e4m3(x.data() + 0x3F00, 37, 0.25f, got.data());
+    for (int i = 0; i < 37; ++i)
+      CHECK(got[i] == dsv32::encode_e4m3(std::bit_cast<float>(static_cast<std::uint32_t>(0x3F00 + i) << 16) / 0.25f));
+    CHECK(got[37] == 0xAA);
+    // amax: the largest magnitude, NaNs skipped as std::max skips them, infinities kept
+    auto amax_of = [](const std::uint16_t* p, std::int64_t n) {
+      float m = 0.0f;
+      for (std::int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(std::bit_cast<float>(static_cast<std::uint32_t>(p[i]) << 16)));
+      return m;
+    };
+    std::mt19937 gen(31);
+    std::vector<std::uint16_t> block(131);
+    for (int trial = 0; trial < 200; ++trial) {
+      for (auto& b : block) b = static_cast<std::uint16_t>(gen() % 65536 < 60000 ? 0x3000 + gen() % 0x1800 : gen() % 65536);
+      for (const std::int64_t n : {std::int64_t{128}, std::int64_t{131}, std::int64_t{5}})
+        CHECK(std::bit_cast<std::uint32_t>(ops.amax_bf16(block.data(), n)) == std::bit_cast<std::uint32_t>(amax_of(block.data(), n)));
+    }
+    const std::uint16_t nan_first[4] = {0x7FC0, 0x3F80, 0xFFC1, 0xC000};  // NaN, 1, -NaN, -2
+    CHECK(ops.amax_bf16(nan_first, 4) == 2.0f);
+    for (int at = 0; at < 128; ++at) {  // a NaN in every place of a block
+      std::vector<std::uint16_t> ones(128, 0x3F80);
+      ones[static_cast<std::size_t>(at)] = 0x7FC0;
+      CHECK(ops.amax_bf16(ones.data(), 128) == 1.0f);
+    }
+    const std::uint16_t inf[3] = {0x3F80, 0xFF80, 0x7FC0};  // 1, -inf, NaN
+    CHECK(ops.amax_bf16(inf, 3) == INFINITY);
+  }
+}
+
 TEST_CASE("cpu::act_quant: per-block scales, +-amax to +-448, codes as the nearest E4M3 of x / s") {
   std::mt19937 gen(5);
   for (ScaleFmt fmt : {ScaleFmt::none, ScaleFmt::ue8m0}) {
@@ -470,35 +522,39 @@ TEST_CASE("cpu::act_quant: per-block scales, +-amax to +-448, codes as the neare
     for (int i = 0; i < 128; ++i) x[cols + 256 + i] = bf16(std::ldexp(i % 2 ? -1.0f : 1.0f, i % 9 - 4));
     std::vector<std::uint8_t> q(static_cast<std::size_t>(rows * cols));
     std::vector<float> s(static_cast<std::size_t>(rows * 3));
-    cpu::act_quant({x.data(), rows, cols, cols}, fmt, {q.data(), rows, cols, cols}, {s.data(), rows, 3, 3});
+    for (cpu::Isa isa : isas_here()) {
+      IsaScope scope(isa);
+      CAPTURE(cpu::isa_name(isa));
+      cpu::act_quant({x.data(), rows, cols, cols}, fmt, {q.data(), rows, cols, cols}, {s.data(), rows, 3, 3});
 
-    CHECK(s[0] == (fmt == ScaleFmt::none ? 1e-4f * (1.0f / 448.0f) : std::ldexp(1.0f, -22)));
-    for (int i = 0; i < 128; ++i) CHECK(q[i] == 0x00);
-    CHECK(s[1] == 8.0f);
-    CHECK(q[128 + 7] == 0x7E);
-    CHECK(q[128 + 99] == 0xFE);
-    // every block against the naive act_quant
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t b = 0; b < 3; ++b) {
-        std::uint8_t want[128];
-        const float ws = reference_block_quant(&x[r * cols + b * 128], fmt, want);
-        CHECK(s[r * 3 + b] == ws);
-        for (int i = 0; i < 128; ++i) {
-          CAPTURE(r);
-          CAPTURE(b);
-          CAPTURE(i);
-          CHECK(q[r * cols + b * 128 + i] == want[i]);
-        }
-      }
-    // with the plain scale the block's amax always maps to +-448
-    if (fmt == ScaleFmt::none) {
+      CHECK(s[0] == (fmt == ScaleFmt::none ? 1e-4f * (1.0f / 448.0f) : std::ldexp(1.0f, -22)));
+      for (int i = 0; i < 128; ++i) CHECK(q[i] == 0x00);
+      CHECK(s[1] == 8.0f);
+      CHECK(q[128 + 7] == 0x7E);
+      CHECK(q[128 + 99] == 0xFE);
+      // every block against the naive act_quant
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t b = 0; b < 3; ++b) {
-          if (r == 0 && b == 0) continue;
-          bool has_max = false;
-          for (int i = 0; i < 128; ++i) has_max |= (q[r * cols + b * 128 + i] & 0x7F) == 0x7E;
-          CHECK(has_max);
+          std::uint8_t want[128];
+          const float ws = reference_block_quant(&x[r * cols + b * 128], fmt, want);
+          CHECK(s[r * 3 + b] == ws);
+          for (int i = 0; i < 128; ++i) {
+            CAPTURE(r);
+            CAPTURE(b);
+            CAPTURE(i);
+            CHECK(q[r * cols + b * 128 + i] == want[i]);
+          }
         }
+      // with the plain scale the block's amax always maps to +-448
+      if (fmt == ScaleFmt::none) {
+        for (std::int64_t r = 0; r < rows; ++r)
+          for (std::int64_t b = 0; b < 3; ++b) {
+            if (r == 0 && b == 0) continue;
+            bool has_max = false;
+            for (int i = 0; i < 128; ++i) has_max |= (q[r * cols + b * 128 + i] & 0x7F) == 0x7E;
+            CHECK(has_max);
+          }
+      }
     }
   }
 }

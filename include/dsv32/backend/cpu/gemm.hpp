@@ -89,6 +89,26 @@ inline const simd::GemmOps& gemm_ops() {
   return simd::portable_ops();
 }
 
+/// \brief Quantizes bf16 activations to E4M3 per 1x128 block (the reference's act_quant), on the
+///        kernels of gemm_ops(): the same codes and scales on every ISA.
+/// \param x     [rows, cols] bf16, cols a multiple of 128
+/// \param fmt   activation scale format
+/// \param codes [rows, cols] E4M3 codes: e4m3(clamp(x / s, -448, 448))
+/// \param scale [rows, cols / 128] f32 block scales: activation_scale(max |x| of the block, fmt)
+inline void act_quant(MatrixView<const bf16> x, ScaleFmt fmt, MatrixView<std::uint8_t> codes,
+                      MatrixView<float> scale) {
+  const std::int64_t blocks = x.cols / kBlockSize;
+  const simd::GemmOps& ops = gemm_ops();
+  parallel_for(x.rows, x.cols, [&](std::int64_t r) {
+    const auto* xr = reinterpret_cast<const std::uint16_t*>(x.row(r));
+    for (std::int64_t b = 0; b < blocks; ++b) {
+      const float s = activation_scale(ops.amax_bf16(xr + b * kBlockSize, kBlockSize), fmt);
+      scale.row(r)[b] = s;
+      ops.quantize_e4m3(xr + b * kBlockSize, kBlockSize, s, codes.row(r) + b * kBlockSize);
+    }
+  });
+}
+
 /// \brief Rows [r0, r0 + n) of a weight as f32: exact for BF16 and F32; for F8_E4M3 the reference's
 ///        dequantization bf16(e4m3 * block scale) (the NaN codes 0x7F / 0xFF reading as +-480, as
 ///        in the products).
@@ -305,65 +325,79 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     return;
   }
   // Prefill: tasks of (mc x rows) x (nc weight rows, whole 128-row scale blocks); per 128 columns
-  // the weight panel is packed once (f64 exact values, or f32 in the fast mode) and every row tile
-  // of x runs against it.
+  // the weight panel is packed once (f64 exact values, or bf16 pairs in the fast mode) and every row
+  // tile of x runs against it. The fast mode converts x to bf16 pairs once per call (in chunks of
+  // about 128 mr rows, which bounds that scratch at ~128 mr x K x 2 bytes), not once per weight tile.
   const bool exact = mode == Fp8Accumulation::exact;
   const int nr = exact ? ops.nr64 : ops.nr, mr = exact ? ops.mr64 : ops.mr;
   const std::int64_t blocks = (N + kBlockSize - 1) / kBlockSize;
-  const std::int64_t nc = kBlockSize * (blocks >= 8 * num_threads() ? 2 : 1), mc = std::min<std::int64_t>(M, 16 * mr);
-  const std::int64_t tm = (M + mc - 1) / mc, tn = (N + nc - 1) / nc;
-  parallel_for(tm * tn, mc * nc * K, [&](std::int64_t t) {
-    const std::int64_t m0 = (t % tm) * mc, n0 = (t / tm) * nc;
-    const std::int64_t rows = std::min(mc, M - m0), cols = std::min(nc, N - n0);
-    float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(mc * nc));
-    std::fill(cbuf, cbuf + mc * nc, 0.0f);
-    float* scale = gemm_scratch<float>(3, static_cast<std::size_t>(mc * (nc / kBlockSize)));
-    for (std::int64_t kb = 0; kb < KB; ++kb) {
-      const std::int64_t k0 = kb * kPanelK;
-      for (std::int64_t j = 0; j * kBlockSize < cols; ++j)  // scale[j][i]: row i against weight block j
-        for (std::int64_t i = 0; i < rows; ++i)
-          scale[j * mc + i] = xs[(m0 + i) * KB + kb] * w.scale[(n0 / kBlockSize + j) * sc + kb];
-      if (exact) {
-        double* bp = gemm_scratch<double>(1, static_cast<std::size_t>(kPanelK * nc));
-        double* ap = gemm_scratch<double>(2, static_cast<std::size_t>(kPanelK * mc));
-        for (std::int64_t p = 0; p < cols; p += nr)
-          ops.pack_e4m3_f64(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)),
-                            kPanelK, bp + p * kPanelK);
-        for (std::int64_t i = 0; i < rows; ++i) ops.widen_e4m3_f64(xq + (m0 + i) * K + k0, kPanelK, ap + i * kPanelK);
-        alignas(64) double dot[16 * 16];
-        for (std::int64_t p = 0; p < cols; p += nr)
-          for (std::int64_t i = 0; i < rows; i += mr) {
-            const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
-            ops.micro_f64(h, kPanelK, ap + i * kPanelK, kPanelK, bp + p * kPanelK, dot, nr);
-            ops.epilogue_f64(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
-                             scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
-          }
-      } else {
-        // values as bf16 pairs (exact): the weight panel [64][nr] per nr rows, x rows of 64 pairs
-        constexpr int kPairs = kPanelK / 2;
-        std::uint32_t* bp = gemm_scratch<std::uint32_t>(0, static_cast<std::size_t>(kPairs * nc));
-        std::uint32_t* ap = gemm_scratch<std::uint32_t>(1, static_cast<std::size_t>(kPairs * mc));
-        float* wide = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nr));
-        for (std::int64_t p = 0; p < cols; p += nr) {
-          ops.pack_e4m3(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), kPanelK, wide);
-          bf16_pairs(wide, kPairs, nr, bp + p * kPairs);
-        }
-        for (std::int64_t i = 0; i < rows; ++i) {
-          ops.widen_e4m3(xq + (m0 + i) * K + k0, kPanelK, wide);
-          bf16_pairs(wide, kPairs, 1, ap + i * kPairs);
-        }
-        alignas(64) float dot[16 * 32];
-        for (std::int64_t p = 0; p < cols; p += nr)
-          for (std::int64_t i = 0; i < rows; i += mr) {
-            const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
-            ops.fp8_pair_dots(h, ap + i * kPairs, kPairs, bp + p * kPairs, dot, nr);
-            ops.epilogue_f32(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
-                             scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
-          }
-      }
+  // fast mode: row tiles of up to 48 mr rows against 128 weight rows when the weight tiles alone
+  // give the threads enough tasks (each weight panel is converted once per row tile)
+  const bool tall = !exact && blocks >= 4 * num_threads();
+  const std::int64_t nc = kBlockSize * (!tall && blocks >= 8 * num_threads() ? 2 : 1), tn = (N + nc - 1) / nc;
+  const std::int64_t mc = std::min<std::int64_t>(M, (tall ? 48 : 16) * mr);
+  const std::int64_t chunk = exact ? M : std::min(M, mc * std::max<std::int64_t>(1, 128 * mr / mc));
+  for (std::int64_t c0 = 0; c0 < M; c0 += chunk) {
+    const std::int64_t cm = std::min(chunk, M - c0), tm = (cm + mc - 1) / mc;
+    constexpr std::int64_t kPairs = kPanelK / 2;
+    std::uint32_t* xp = nullptr;  // [cm][K / 2] x rows c0.. as pairs (even column low), exact in bf16
+    if (!exact) {
+      xp = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(cm * K / 2));
+      parallel_for(cm, K, [&](std::int64_t i) {
+        const std::uint8_t* codes = xq + (c0 + i) * K;
+        for (std::int64_t p = 0; p < K / 2; ++p)
+          xp[i * (K / 2) + p] = (std::bit_cast<std::uint32_t>(kE4m3Decode[codes[2 * p + 1]]) & 0xFFFF0000u) |
+                                (std::bit_cast<std::uint32_t>(kE4m3Decode[codes[2 * p]]) >> 16);
+      });
     }
-    store(m0, rows, n0, cols, cbuf, nc);
-  });
+    parallel_for(tm * tn, mc * nc * K, [&](std::int64_t t) {
+      const std::int64_t m0 = c0 + (t % tm) * mc, n0 = (t / tm) * nc;
+      const std::int64_t rows = std::min(mc, c0 + cm - m0), cols = std::min(nc, N - n0);
+      float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(mc * nc));
+      std::fill(cbuf, cbuf + mc * nc, 0.0f);
+      float* scale = gemm_scratch<float>(3, static_cast<std::size_t>(mc * (nc / kBlockSize)));
+      for (std::int64_t kb = 0; kb < KB; ++kb) {
+        const std::int64_t k0 = kb * kPanelK;
+        for (std::int64_t j = 0; j * kBlockSize < cols; ++j)  // scale[j][i]: row i against weight block j
+          for (std::int64_t i = 0; i < rows; ++i)
+            scale[j * mc + i] = xs[(m0 + i) * KB + kb] * w.scale[(n0 / kBlockSize + j) * sc + kb];
+        if (exact) {
+          double* bp = gemm_scratch<double>(1, static_cast<std::size_t>(kPanelK * nc));
+          double* ap = gemm_scratch<double>(2, static_cast<std::size_t>(kPanelK * mc));
+          for (std::int64_t p = 0; p < cols; p += nr)
+            ops.pack_e4m3_f64(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)),
+                              kPanelK, bp + p * kPanelK);
+          for (std::int64_t i = 0; i < rows; ++i) ops.widen_e4m3_f64(xq + (m0 + i) * K + k0, kPanelK, ap + i * kPanelK);
+          alignas(64) double dot[16 * 16];
+          for (std::int64_t p = 0; p < cols; p += nr)
+            for (std::int64_t i = 0; i < rows; i += mr) {
+              const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
+              ops.micro_f64(h, kPanelK, ap + i * kPanelK, kPanelK, bp + p * kPanelK, dot, nr);
+              ops.epilogue_f64(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
+                               scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
+            }
+        } else {
+          // values as bf16 pairs (exact): the weight panel [64][nr] per nr rows against x's pairs
+          std::uint32_t* bp = gemm_scratch<std::uint32_t>(0, static_cast<std::size_t>(kPairs * nc));
+          float* wide = gemm_scratch<float>(1, static_cast<std::size_t>(kPanelK * nr));
+          for (std::int64_t p = 0; p < cols; p += nr) {
+            ops.pack_e4m3(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), kPanelK, wide);
+            bf16_pairs(wide, kPairs, nr, bp + p * kPairs);
+          }
+          const std::uint32_t* ap = xp + (m0 - c0) * (K / 2) + kb * kPairs;
+          alignas(64) float dot[16 * 32];
+          for (std::int64_t p = 0; p < cols; p += nr)
+            for (std::int64_t i = 0; i < rows; i += mr) {
+              const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
+              ops.fp8_pair_dots(h, ap + i * (K / 2), K / 2, bp + p * kPairs, dot, nr);
+              ops.epilogue_f32(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
+                               scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
+            }
+        }
+      }
+      store(m0, rows, n0, cols, cbuf, nc);
+    });
+  }
 }
 
 /// c[i][j] = sum_k a[i][k] b(k, j) for i < M, j < N: f32 sums in increasing k on the kernels of

@@ -1,5 +1,6 @@
 /// \file
-/// \brief CPU: FP8 activation quantization (the reference's act_quant) and weight dequantization.
+/// \brief CPU: FP8 activation scales (act_quant() itself is in gemm.hpp, on the ISA kernels) and
+///        weight dequantization.
 #pragma once
 
 #include <algorithm>
@@ -25,32 +26,6 @@ inline float activation_scale(float amax, ScaleFmt fmt) noexcept {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(s);
   const int exponent = static_cast<int>((bits >> 23) & 0xFFu) - 127 + ((bits & 0x7FFFFFu) != 0 ? 1 : 0);
   return std::bit_cast<float>(static_cast<std::uint32_t>(exponent + 127) << 23);
-}
-
-/// \brief Quantizes bf16 activations to E4M3 per 1x128 block.
-/// \param x     [rows, cols] bf16, cols a multiple of 128
-/// \param fmt   activation scale format
-/// \param codes [rows, cols] E4M3 codes: e4m3(clamp(x / s, -448, 448))
-/// \param scale [rows, cols / 128] f32 block scales
-inline void act_quant(MatrixView<const bf16> x, ScaleFmt fmt, MatrixView<std::uint8_t> codes,
-                      MatrixView<float> scale) {
-  const std::int64_t blocks = x.cols / kBlockSize;
-  parallel_for(x.rows, x.cols, [&](std::int64_t r) {
-    const bf16* xr = x.row(r);
-    std::uint8_t* qr = codes.row(r);
-    float* sr = scale.row(r);
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      float amax = 0.0f;
-      for (std::int64_t i = 0; i < kBlockSize; ++i)
-        amax = std::max(amax, std::fabs(static_cast<float>(xr[b * kBlockSize + i])));
-      const float s = activation_scale(amax, fmt);
-      sr[b] = s;
-      for (std::int64_t i = 0; i < kBlockSize; ++i) {
-        const float v = std::clamp(static_cast<float>(xr[b * kBlockSize + i]) / s, -kE4m3Max, kE4m3Max);
-        qr[b * kBlockSize + i] = encode_e4m3(v);
-      }
-    }
-  });
 }
 
 /// \brief One dequantized weight: bf16(e4m3 value * its 128x128 block scale), as the reference's

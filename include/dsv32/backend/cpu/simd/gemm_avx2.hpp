@@ -420,6 +420,8 @@ inline const GemmOps& avx2_ops() {
     o.widen_bf16 = avx2::widen_bf16;
     o.widen_e4m3 = avx2::widen_e4m3;
     o.widen_e4m3_f64 = avx2::widen_e4m3_f64;
+    o.amax_bf16 = portable::amax_bf16;  // a small part of act_quant's time: no AVX2 version
+    o.quantize_e4m3 = portable::quantize_e4m3;
     o.dequant_e4m3 = avx2::dequant_e4m3;
     o.e4m3_pair_rows = portable::e4m3_pair_rows;  // the fast small-M FP8 product has no AVX2 kernel
     o.e4m3_rows = avx2::e4m3_rows;

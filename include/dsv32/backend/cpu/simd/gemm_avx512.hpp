@@ -273,6 +273,40 @@ DSV32_TARGET_AVX512 inline void widen_bf16(const std::uint16_t* x, std::int64_t 
     _mm512_mask_storeu_ps(out + i, m, load_row_bf16(x + i, m));
   }
 }
+/// max |x| over n bf16 values; MAXPS(v, acc) keeps acc where v is NaN, as std::max(acc, v) does.
+DSV32_TARGET_AVX512 inline float amax_bf16(const std::uint16_t* x, std::int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    acc = _mm512_max_ps(_mm512_abs_ps(load_row_bf16(x + i, m)), acc);  // masked-off lanes read 0
+  }
+  return _mm512_reduce_max_ps(acc);  // exact in any order
+}
+/// encode_e4m3(clamp(f32(x) / s, -448, 448)), 16 at a time, branch-free: the same bits.
+DSV32_TARGET_AVX512 inline void quantize_e4m3(const std::uint16_t* x, std::int64_t n, float s, std::uint8_t* out) {
+  const __m512 vs = _mm512_set1_ps(s), hi = _mm512_set1_ps(kE4m3Max), lo = _mm512_set1_ps(-kE4m3Max);
+  const __m512i abs_mask = _mm512_set1_epi32(0x7FFFFFFF);
+  for (std::int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
+    // std::clamp: lo if v < lo, else hi if hi < v, else v (NaN stays NaN): MINPS / MAXPS return
+    // their second operand unless the first compares smaller / greater
+    const __m512 v = _mm512_max_ps(lo, _mm512_min_ps(hi, _mm512_div_ps(load_row_bf16(x + i, m), vs)));
+    const __m512i bits = _mm512_castps_si512(v), abs = _mm512_and_si512(bits, abs_mask);
+    const __m512 a = _mm512_castsi512_ps(abs);
+    const __m512i sign = _mm512_and_si512(_mm512_srli_epi32(bits, 24), _mm512_set1_epi32(0x80));
+    // normal: 3 mantissa bits, half to even on the bit pattern; (e + 7) << 3 | m == (r >> 20) - 960
+    const __m512i r = _mm512_add_epi32(_mm512_add_epi32(abs, _mm512_set1_epi32(0x7FFFF)),
+                                       _mm512_and_si512(_mm512_srli_epi32(abs, 20), _mm512_set1_epi32(1)));
+    __m512i code = _mm512_sub_epi32(_mm512_srli_epi32(r, 20), _mm512_set1_epi32(960));
+    // subnormal: multiples of 2^-9, rounded in the current mode (nearbyint's)
+    const __mmask16 sub = _mm512_cmp_ps_mask(a, _mm512_set1_ps(0.015625f), _CMP_LT_OQ);
+    code = _mm512_mask_mov_epi32(code, sub, _mm512_cvtps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(512.0f))));
+    code = _mm512_mask_mov_epi32(code, _mm512_cmp_ps_mask(a, hi, _CMP_GE_OQ), _mm512_set1_epi32(0x7E));
+    code = _mm512_mask_mov_epi32(code, _mm512_cmpgt_epu32_mask(abs, _mm512_set1_epi32(0x7F800000)),
+                                 _mm512_set1_epi32(0x7F));
+    _mm_mask_storeu_epi8(out + i, m, _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign)));
+  }
+}
 /// 16 E4M3 activation codes as exact f32 values, the NaN codes as NaN.
 DSV32_TARGET_AVX512 inline __m512 load_x_e4m3(const std::uint8_t* p, __mmask16 m) {
   const __m128i c = _mm_maskz_loadu_epi8(m, p);
@@ -624,6 +658,8 @@ inline const GemmOps& avx512_ops() {
     o.widen_bf16 = avx512::widen_bf16;
     o.widen_e4m3 = avx512::widen_e4m3;
     o.widen_e4m3_f64 = avx512::widen_e4m3_f64;
+    o.amax_bf16 = avx512::amax_bf16;
+    o.quantize_e4m3 = avx512::quantize_e4m3;
     o.dequant_e4m3 = avx512::dequant_e4m3;
     o.e4m3_rows = avx512::e4m3_rows;
     o.fp8_pair_dots = avx512::fp8_pair_dots_fma;

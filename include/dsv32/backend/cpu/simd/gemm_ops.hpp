@@ -67,6 +67,11 @@ struct GemmOps {
   void (*widen_e4m3)(const std::uint8_t* x, std::int64_t n, float* out) = nullptr;
   /// The same in double.
   void (*widen_e4m3_f64)(const std::uint8_t* x, std::int64_t n, double* out) = nullptr;
+  /// The largest |x[i]| of n bf16 bit patterns as f32, NaNs ignored (0 if there is no other value).
+  float (*amax_bf16)(const std::uint16_t* x, std::int64_t n) = nullptr;
+  /// out[i] = encode_e4m3(clamp(f32(x[i]) / s, -448, 448)) for n bf16 bit patterns: act_quant's
+  /// codes (IEEE division, round half to even, NaN to 0x7F with its sign).
+  void (*quantize_e4m3)(const std::uint16_t* x, std::int64_t n, float s, std::uint8_t* out) = nullptr;
   /// out[i] = bf16(value(w[i]) * block_scale[i / 128]) as f32, the reference's dequantized weight
   /// (w starts at a 128-aligned column).
   void (*dequant_e4m3)(const std::uint8_t* w, std::int64_t n, const float* block_scale, float* out) = nullptr;

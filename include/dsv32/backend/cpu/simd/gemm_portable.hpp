@@ -146,6 +146,16 @@ inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
 inline void widen_e4m3(const std::uint8_t* x, std::int64_t n, float* out) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = kE4m3Decode[x[i]];
 }
+inline float amax_bf16(const std::uint16_t* x, std::int64_t n) {
+  float amax = 0.0f;
+  for (std::int64_t i = 0; i < n; ++i)
+    amax = std::max(amax, std::fabs(std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16)));
+  return amax;
+}
+inline void quantize_e4m3(const std::uint16_t* x, std::int64_t n, float s, std::uint8_t* out) {
+  for (std::int64_t i = 0; i < n; ++i)
+    out[i] = encode_e4m3(std::clamp(std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16) / s, -kE4m3Max, kE4m3Max));
+}
 inline void widen_e4m3_f64(const std::uint8_t* x, std::int64_t n, double* out) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = kE4m3Decode[x[i]];
 }
@@ -242,6 +252,8 @@ inline const GemmOps& portable_ops() {
     o.widen_bf16 = portable::widen_bf16;
     o.widen_e4m3 = portable::widen_e4m3;
     o.widen_e4m3_f64 = portable::widen_e4m3_f64;
+    o.amax_bf16 = portable::amax_bf16;
+    o.quantize_e4m3 = portable::quantize_e4m3;
     o.dequant_e4m3 = portable::dequant_e4m3;
     o.e4m3_rows = portable::e4m3_rows;
     o.fp8_pair_dots = portable::fp8_pair_dots;
