@@ -92,7 +92,7 @@ struct ExpertGroupScratch {
 
 namespace detail {
 // A backend's Kernels<Backend>::grouped_experts (false when it declares none). The CPU backend is
-// answered without naming Kernels<Cpu>: the layers' scratch is sized for Cpu (plan_memory()) where its
+// answered without naming Kernels<Cpu>: the layers' scratch is sized for Cpu (plan_memory<Cpu>()) where its
 // kernels' header need not be included, and naming an incomplete Kernels<Cpu> would hit the primary
 // template's static_assert.
 template <class Backend>

@@ -139,8 +139,11 @@ struct ForwardScratch {
 /// \brief The memory plan of rank `rank` of a `world`-rank model with fields `a` and runtime limits
 ///        `o`, read off the tensor table and the scratch reservations: what a loaded Transformer holds,
 ///        computed without allocating any of it.
+/// \tparam Backend whose forward scratch is counted (default Cpu; a backend that runs grouped experts,
+///                 runs_grouped_experts, reserves their worst-case buffers instead of the per-expert ones)
 /// \throws Error(invalid_argument) when `world` does not divide a split dimension (named)
-inline MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int world = 1, int rank = 0) {
+template <class Backend = Cpu>
+MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int world = 1, int rank = 0) {
   MemoryPlan m;
   for_each_tensor(a, [&](const TensorSpec& t) {
     const std::size_t bytes = static_cast<std::size_t>(elements(t.local_numel(), dtype_size(t.dtype), t.count));
@@ -152,7 +155,7 @@ inline MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int w
   m.cache_bytes_per_token = static_cast<std::size_t>(a.n_layers) * mla_cache_bytes_per_token(a);
   m.caches = static_cast<std::size_t>(elements(m.cache_bytes_per_token, o.max_batch_size, o.max_seq_len));
   m.rope_tables = static_cast<std::size_t>(elements(o.max_seq_len, a.qk_rope_head_dim, sizeof(float)));
-  ForwardScratch<Cpu> scratch;  // nothing is allocated: the reservation is only counted
+  ForwardScratch<Backend> scratch;  // nothing is allocated: the reservation is only counted
   scratch.reserve([&]<class Buffer>(Buffer&, std::int64_t n) {
     if constexpr (requires(Buffer& b) { b.mat(); })  // backend tensors, not pinned host buffers
       m.scratch += static_cast<std::size_t>(elements(n, sizeof(*std::declval<Buffer&>().data())));
@@ -193,7 +196,7 @@ class Transformer {
         embed_(store_, "embed", parallel_.rank),
         norm_(store_, "norm"),
         head_(store_, "head"),
-        rope_((require_memory(plan_memory(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank).rope_tables,
+        rope_((require_memory(plan_memory<Backend>(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank).rope_tables,
                               "its RoPE tables"),
                RopeTable<Backend>(Config::qk_rope_head_dim, options_))),
         filled_(static_cast<std::size_t>(options_.max_batch_size), 0) {
@@ -233,12 +236,12 @@ class Transformer {
   }
 
   /// \brief The memory this rank needs for its weights, caches, tables and forward scratch.
-  MemoryPlan memory_plan() const { return plan_memory(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank); }
+  MemoryPlan memory_plan() const { return plan_memory<Backend>(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank); }
   /// \brief The memory plan of a model with these options, without building one.
   static MemoryPlan memory_plan(const RuntimeOptions& options, const Parallel& parallel = {}) {
     options.validate();
     parallel.validate();
-    return plan_memory(ModelArgs::of<Config>(), options, parallel.world_size, parallel.rank);
+    return plan_memory<Backend>(ModelArgs::of<Config>(), options, parallel.world_size, parallel.rank);
   }
 
   /// \brief Binds every parameter through `load(name, parameter)` (which must load it or throw, each
