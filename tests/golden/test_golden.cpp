@@ -90,20 +90,9 @@ TEST_CASE("golden: prefills on the absorbed path equal the oracle's token-by-tok
     const auto oracle = dsv32::testing::detail::read_f32(*expected, "logits");
     REQUIRE(oracle.size() == ours.values.size());
     const std::int64_t V = Config::vocab_size, B = ours.batch, S = ours.positions;
-    double worst = 0.0;
-    std::int64_t argmax_differs = 0;
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t p = 0; p < S; ++p) {
-        const float* e = oracle.data() + (b * S + p) * V;
-        const auto a = ours.row(b, p);
-        double err = 0.0, mag = 0.0;
-        for (std::int64_t v = 0; v < V; ++v) {
-          err = std::max(err, std::fabs(static_cast<double>(a[v]) - e[v]));
-          mag = std::max(mag, std::fabs(static_cast<double>(e[v])));
-        }
-        worst = std::max(worst, err / mag);
-        argmax_differs += (std::max_element(e, e + V) - e) != (std::max_element(a.begin(), a.end()) - a.begin());
-      }
+    const dsv32::testing::detail::RowAgreement agree = dsv32::testing::detail::compare_rows(ours, oracle);
+    const double worst = agree.worst;
+    const std::int64_t argmax_differs = agree.argmax_differs;
     // and the last position against the reference's expanded prefill
     const auto golden = dsv32::SafetensorsFile::open(dir / "expected.safetensors");
     const auto prefill = dsv32::testing::detail::read_f32(*golden, "step0.logits");

@@ -135,6 +135,31 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
   return mx > 0 ? err / mx : err;
 }
 
+/// How every position's logits agree with expected ones ([batch, positions, vocab] f32, as `Logits`).
+struct RowAgreement {
+  double worst = 0.0;                ///< the largest max |a - e| / max |e| of any row
+  std::int64_t argmax_differs = 0;   ///< rows whose argmax differs
+};
+inline RowAgreement compare_rows(const Logits& ours, const std::vector<float>& expected) {
+  DSV32_CHECK(expected.size() == ours.values.size(), invalid_argument, "compare_rows: ", expected.size(),
+              " expected values against ", ours.values.size());
+  RowAgreement r;
+  const std::int64_t V = ours.vocab;
+  for (std::int64_t b = 0; b < ours.batch; ++b)
+    for (std::int64_t p = 0; p < ours.positions; ++p) {
+      const float* e = expected.data() + (b * ours.positions + p) * V;
+      const auto a = ours.row(b, p);
+      double err = 0.0, mag = 0.0;
+      for (std::int64_t v = 0; v < V; ++v) {
+        err = std::max(err, std::fabs(static_cast<double>(a[v]) - e[v]));
+        mag = std::max(mag, std::fabs(static_cast<double>(e[v])));
+      }
+      r.worst = std::max(r.worst, mag > 0 ? err / mag : err);
+      r.argmax_differs += (std::max_element(e, e + V) - e) != (std::max_element(a.begin(), a.end()) - a.begin());
+    }
+  return r;
+}
+
 /// Records what the model reports during one call.
 class Recorder : public ForwardObserver {
  public:
