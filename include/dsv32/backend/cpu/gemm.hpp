@@ -276,6 +276,11 @@ inline void bf16_pairs(const float* f, int pairs, int width, std::uint32_t* out)
   }
 }
 
+/// Two E4M3 codes as one dword of bf16 values (exact): `even`'s in the low half, `odd`'s in the high.
+inline std::uint32_t e4m3_bf16_pair(std::uint8_t even, std::uint8_t odd) {
+  return (std::bit_cast<std::uint32_t>(kE4m3Decode[odd]) & 0xFFFF0000u) | (std::bit_cast<std::uint32_t>(kE4m3Decode[even]) >> 16);
+}
+
 /// y = dequant(xq) dequant(W)^T for an F8_E4M3 weight: per 128-wide block the dot of E4M3 values
 /// (exact, or f32 in the fast mode in VDPBF16PS's order, simd/gemm_ops.hpp), rounded to f32, times xs[m, kb] * w_scale[n / 128, kb], summed
 /// over the blocks in increasing k in f32 — the reference's arithmetic. store() as dense_product().
@@ -299,8 +304,7 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
       for (std::int64_t i = 0; i < M * KB; ++i)
         for (int s = 0; s < 64; ++s) {
           const std::uint8_t* pair = xq + i * kPanelK + 2 * simd::row_order_pair(s);
-          xp[i * 64 + s] = (std::bit_cast<std::uint32_t>(kE4m3Decode[pair[1]]) & 0xFFFF0000u) |
-                           (std::bit_cast<std::uint32_t>(kE4m3Decode[pair[0]]) >> 16);  // exact in bf16
+          xp[i * 64 + s] = e4m3_bf16_pair(pair[0], pair[1]);
         }
     }
     std::int64_t rows = 64;  // a power of two, so that a task never straddles two 128-row scale blocks
@@ -346,8 +350,7 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
       parallel_for(cm, K, [&](std::int64_t i) {
         const std::uint8_t* codes = xq + (c0 + i) * K;
         for (std::int64_t p = 0; p < K / 2; ++p)
-          xp[i * (K / 2) + p] = (std::bit_cast<std::uint32_t>(kE4m3Decode[codes[2 * p + 1]]) & 0xFFFF0000u) |
-                                (std::bit_cast<std::uint32_t>(kE4m3Decode[codes[2 * p]]) >> 16);
+          xp[i * (K / 2) + p] = e4m3_bf16_pair(codes[2 * p], codes[2 * p + 1]);
       });
     }
     parallel_for(tm * tn, mc * nc * K, [&](std::int64_t t) {
