@@ -164,10 +164,12 @@ inline constexpr int kPanelK = 128;
 /// Per-thread scratch arrays, grown on demand and reused across calls (slot: which array).
 template <class T>
 T* gemm_scratch(int slot, std::size_t n) {
+  constexpr std::size_t kLine = 64, kPad = kLine / sizeof(T);
   thread_local std::vector<T> buffers[6];
   auto& b = buffers[slot];
-  if (b.size() < n) b.resize(n);
-  return b.data();
+  if (b.size() < n + kPad) b.resize(n + kPad);
+  const auto addr = reinterpret_cast<std::uintptr_t>(b.data());
+  return b.data() + ((kLine - addr % kLine) % kLine) / sizeof(T);
 }
 
 /// Rows per task so that [0, n) gives about want_tasks tasks: a multiple of align, at most max_rows.

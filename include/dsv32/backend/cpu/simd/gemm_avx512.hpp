@@ -44,8 +44,10 @@ DSV32_TARGET_AVX512 inline __m256 opaque(__m256 v) {
   return v;
 }
 
-/// In-register transpose of 16 rows of 16 floats.
-DSV32_TARGET_AVX512 inline void transpose16(__m512 r[16]) {
+/// In-register transpose of 16 rows of 16 floats. Always inlined: as a call, its 16 vectors go
+/// through memory both ways (GCC kept it out of line in bf16_rows16, where that cost the batch-8
+/// output head ~20% of its time).
+DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void transpose16(__m512 r[16]) {
   __m512 t[16];
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
@@ -420,7 +422,7 @@ DSV32_TARGET_AVX512 inline void bf16_rows(int M, int n, std::int64_t K, const fl
 }
 
 /// The sums of eight vectors of doubles, as the eight lanes of one vector.
-DSV32_TARGET_AVX512 inline __m512d reduce8(const __m512d a[8]) {
+DSV32_TARGET_AVX512 __attribute__((always_inline)) inline __m512d reduce8(const __m512d a[8]) {
   const __m512d b0 = _mm512_add_pd(_mm512_unpacklo_pd(a[0], a[1]), _mm512_unpackhi_pd(a[0], a[1]));
   const __m512d b1 = _mm512_add_pd(_mm512_unpacklo_pd(a[2], a[3]), _mm512_unpackhi_pd(a[2], a[3]));
   const __m512d b2 = _mm512_add_pd(_mm512_unpacklo_pd(a[4], a[5]), _mm512_unpackhi_pd(a[4], a[5]));
@@ -432,57 +434,61 @@ DSV32_TARGET_AVX512 inline __m512d reduce8(const __m512d a[8]) {
   return _mm512_add_pd(_mm512_shuffle_f64x2(c0, c1, 0x88), _mm512_shuffle_f64x2(c0, c1, 0xDD));
 }
 
-/// One block (128 columns) of e4m3_rows for MT x rows and R weight rows (MT * R <= 16): xb at the
-/// block's first column (rows ldx apart), xsb at the block's scale (rows ldxs apart), wb[r] the
-/// block's 128 codes of weight row r; adds to out[m][r] for r < valid_rows.
+/// Blocks [kb0, kb1) of e4m3_rows for MT x rows and R weight rows (MT * R <= 16): xd at column 0
+/// (rows ldx apart), xs the x scales (rows ldxs apart), wr[r] weight row r's first code; adds each
+/// block's product to out[m][r] for r < valid_rows, kept in registers from block to block (the same
+/// additions, in the same order, as adding to out in memory per block).
 template <int MT, int R>
-DSV32_TARGET_AVX512 void e4m3_block(const double* xb, std::int64_t ldx, const float* xsb, std::int64_t ldxs,
-                                    const std::uint8_t* const* wb, float ws, int valid_rows, float* out,
-                                    std::int64_t ldo) {
+DSV32_TARGET_AVX512 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
+                                     const float* xs, std::int64_t ldxs, const std::uint8_t* const* wr,
+                                     const float* ws, int valid_rows, float* out, std::int64_t ldo) {
   constexpr int A = MT * R, V = A > 8 ? 2 : 1;
   const __m512i mask = _mm512_set1_epi64(static_cast<long long>(0x80FE000000000000ull));
-  __m512d acc[8 * V];
-  for (int i = 0; i < 8 * V; ++i) acc[i] = _mm512_setzero_pd();
-  for (int k = 0; k < 128; k += 8) {
-    __m512d xv[MT];
-    for (int m = 0; m < MT; ++m) xv[m] = _mm512_loadu_pd(xb + m * ldx + k);
-    for (int r = 0; r < R; ++r) {
-      // 8 codes -> sign to bit 63, exponent and mantissa to bits 55..49: the value times 2^-1016
-      const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wb[r] + k));
-      const __m512d wv =
-          _mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepi8_epi64(codes), 49), mask));
-      for (int m = 0; m < MT; ++m) acc[m * R + r] = _mm512_fmadd_pd(wv, xv[m], acc[m * R + r]);
+  alignas(32) float c[8 * V];
+  for (int i = 0; i < 8 * V; ++i) c[i] = i < A && i % R < valid_rows ? out[(i / R) * ldo + i % R] : 0.0f;
+  __m256 cv[V];
+  for (int v = 0; v < V; ++v) cv[v] = _mm256_load_ps(c + 8 * v);
+  for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+    const double* xb = xd + kb * 128;
+    __m512d acc[8 * V];
+    for (int i = 0; i < 8 * V; ++i) acc[i] = _mm512_setzero_pd();
+    for (int k = 0; k < 128; k += 8) {
+      __m512d xv[MT];
+      for (int m = 0; m < MT; ++m) xv[m] = _mm512_loadu_pd(xb + m * ldx + k);
+      for (int r = 0; r < R; ++r) {
+        // 8 codes -> sign to bit 63, exponent and mantissa to bits 55..49: the value times 2^-1016
+        const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wr[r] + kb * 128 + k));
+        const __m512d wv =
+            _mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepi8_epi64(codes), 49), mask));
+        for (int m = 0; m < MT; ++m) acc[m * R + r] = _mm512_fmadd_pd(wv, xv[m], acc[m * R + r]);
+      }
+    }
+    for (int v = 0; v < V; ++v) {
+      // exact dots times 2^-504 -> exact dots -> f32, then times the scale product, then added
+      const __m512d d = _mm512_mul_pd(reduce8(acc + 8 * v), _mm512_set1_pd(0x1p504));
+      alignas(32) float scale[8];
+      for (int i = 0; i < 8; ++i) {
+        const int m = (8 * v + i) / R;
+        scale[i] = m < MT ? xs[m * ldxs + kb] * ws[kb] : 0.0f;
+      }
+      cv[v] = _mm256_add_ps(cv[v], opaque(_mm256_mul_ps(_mm512_cvtpd_ps(d), _mm256_load_ps(scale))));
     }
   }
-  for (int v = 0; v < V; ++v) {
-    // exact dots times 2^-504 -> exact dots -> f32, then times the scale product, then added
-    const __m512d d = _mm512_mul_pd(reduce8(acc + 8 * v), _mm512_set1_pd(0x1p504));
-    alignas(32) float scale[8], p[8];
-    for (int i = 0; i < 8; ++i) {
-      const int m = (8 * v + i) / R;
-      scale[i] = m < MT ? xsb[m * ldxs] * ws : 0.0f;
-    }
-    _mm256_store_ps(p, opaque(_mm256_mul_ps(_mm512_cvtpd_ps(d), _mm256_load_ps(scale))));
-    for (int i = 0; i < 8; ++i) {
-      const int idx = 8 * v + i, m = idx / R, r = idx % R;
-      if (idx < A && r < valid_rows) out[m * ldo + r] += p[i];
-    }
-  }
+  for (int v = 0; v < V; ++v) _mm256_store_ps(c + 8 * v, cv[v]);
+  for (int i = 0; i < A; ++i)
+    if (i % R < valid_rows) out[(i / R) * ldo + i % R] = c[i];
 }
 
 template <int MT, int R>
 DSV32_TARGET_AVX512 void e4m3_rows_group(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
                                          const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
                                          int valid, const float* ws, float* out, std::int64_t ldo) {
-  alignas(64) static const std::uint8_t zeros[128] = {};  // stands in for the rows past the last one
   for (int q = 0; q < 8; q += R) {
     const int v = valid - q >= R ? R : valid - q;
     if (v <= 0) break;
-    for (std::int64_t kb = kb0; kb < kb1; ++kb) {
-      const std::uint8_t* wb[R];
-      for (int r = 0; r < R; ++r) wb[r] = r < v ? w + (q + r) * ldw + kb * 128 : zeros;
-      e4m3_block<MT, R>(xd + kb * 128, ldx, xs + kb, ldxs, wb, ws[kb], v, out + q, ldo);
-    }
+    const std::uint8_t* wr[R];
+    for (int r = 0; r < R; ++r) wr[r] = w + (q + (r < v ? r : 0)) * ldw;  // a stand-in row past the last
+    e4m3_blocks<MT, R>(kb0, kb1, xd, ldx, xs, ldxs, wr, ws, v, out + q, ldo);
   }
 }
 
@@ -534,6 +540,26 @@ inline const E4m3Bf16Bytes& e4m3_bf16_bytes() {
   return t;
 }
 
+/// a += the 64 products of one x row's half block (bf16 pairs x0, x1) and one weight row's (w0, w1):
+/// x0 . w0, then x1 . w1, each pair odd column first — VDPBF16PS (kDot) or the same two FMAs per pair.
+template <bool kDot>
+DSV32_TARGET_AVX512_BF16_VBMI __attribute__((always_inline)) inline void pair_products(__m512& a, __m512i x0, __m512i x1,
+                                                                                      __m512i w0, __m512i w1) {
+  if constexpr (kDot) {
+    a = _mm512_dpbf16_ps(a, (__m512bh)x0, (__m512bh)w0);
+    a = _mm512_dpbf16_ps(a, (__m512bh)x1, (__m512bh)w1);
+  } else {
+    const __m512i hi_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+    for (int q = 0; q < 2; ++q) {
+      const __m512i xv = q ? x1 : x0, wv = q ? w1 : w0;
+      a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(xv, hi_half)),
+                          _mm512_castsi512_ps(_mm512_and_si512(wv, hi_half)), a);
+      a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(xv, 16)), _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16)),
+                          a);
+    }
+  }
+}
+
 /// e4m3_pair_rows (the row order, gemm_ops.hpp) for MT x rows and R weight rows, MT * R = 16: per
 /// 64 codes of a row, two byte lookups and an unpack give the bf16 pairs in slot order (lane d of
 /// the low unpack: pair 8 (d / 4) + d % 4; of the high one: 4 more), multiplied into one 16-lane
@@ -549,7 +575,6 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_group(std::int64_t kb0, std::int64_
   const __m512i tl0 = _mm512_load_si512(lut.lo), tl1 = _mm512_load_si512(lut.lo + 64);
   const __m512i th0 = _mm512_load_si512(lut.hi), th1 = _mm512_load_si512(lut.hi + 64);
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i hi_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   // after the reduction lane 4q + e holds accumulator 4e + q
   const __m512i unscramble = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
   alignas(64) float c[16];
@@ -559,28 +584,26 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_group(std::int64_t kb0, std::int64_
     __m512 acc[16];
     for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
     for (int half = 0; half < 2; ++half) {
+      __m512i wv[R][2];
       for (int r = 0; r < R; ++r) {
         const __m512i code = _mm512_loadu_si512(wr[r] + kb * 128 + 64 * half);
         const __m512i lo = _mm512_permutex2var_epi8(tl0, code, tl1);
         // hi | (code & 0x80): the sign bit joins the looked-up high byte
         const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, code, th1), code, sign, 0xF8);
-        const __m512i w0 = _mm512_unpacklo_epi8(lo, hi), w1 = _mm512_unpackhi_epi8(lo, hi);
+        wv[r][0] = _mm512_unpacklo_epi8(lo, hi);
+        wv[r][1] = _mm512_unpackhi_epi8(lo, hi);
+        if constexpr (R > 4) {  // one x row: its two vectors stay in registers across r
+          for (int m = 0; m < MT; ++m) {
+            const std::uint32_t* x = xp + m * ldx + kb * 64 + 32 * half;
+            pair_products<kDot>(acc[m * R + r], _mm512_loadu_si512(x), _mm512_loadu_si512(x + 16), wv[r][0], wv[r][1]);
+          }
+        }
+      }
+      if constexpr (R <= 4) {  // several x rows: each row's vectors loaded once for the R weight rows
         for (int m = 0; m < MT; ++m) {
           const std::uint32_t* x = xp + m * ldx + kb * 64 + 32 * half;
           const __m512i x0 = _mm512_loadu_si512(x), x1 = _mm512_loadu_si512(x + 16);
-          __m512& a = acc[m * R + r];
-          if constexpr (kDot) {
-            a = _mm512_dpbf16_ps(a, (__m512bh)x0, (__m512bh)w0);
-            a = _mm512_dpbf16_ps(a, (__m512bh)x1, (__m512bh)w1);
-          } else {
-            for (int q = 0; q < 2; ++q) {
-              const __m512i xv = q ? x1 : x0, wv = q ? w1 : w0;
-              a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_and_si512(xv, hi_half)),
-                                  _mm512_castsi512_ps(_mm512_and_si512(wv, hi_half)), a);
-              a = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_slli_epi32(xv, 16)),
-                                  _mm512_castsi512_ps(_mm512_slli_epi32(wv, 16)), a);
-            }
-          }
+          for (int r = 0; r < R; ++r) pair_products<kDot>(acc[m * R + r], x0, x1, wv[r][0], wv[r][1]);
         }
       }
     }
