@@ -1,6 +1,6 @@
 // dsv32-bench-gemm: the CPU backend's linear layers on the 671B model's shapes — BF16 and FP8
-// (E4M3 + 128x128 block scales) weights, decode (M = 1) and prefill (M = 128) — in GFLOP/s and
-// weight GB/s, medians over repetitions.
+// (E4M3 + 128x128 block scales, both accumulation modes) weights, decode (M = 1), batched decode
+// (M = 8) and prefill (M = 128) — in GFLOP/s and weight GB/s, medians over repetitions.
 //   dsv32-bench-gemm [reps]
 #include <dsv32/dsv32.hpp>
 
@@ -20,7 +20,7 @@ int main(int argc, char** argv) {
                            {"expert w2 2048->7168", 7168, 2048}, {"wo 16384->7168", 7168, 16384}};
   std::mt19937 gen(1);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::printf("%-24s %-6s %5s %10s %10s %10s\n", "shape", "dtype", "M", "ms", "GFLOP/s", "weight GB/s");
+  std::printf("%-24s %-8s %5s %10s %10s %10s\n", "shape", "weights", "M", "ms", "GFLOP/s", "weight GB/s");
   for (const auto& s : shapes) {
     std::vector<bf16> wb(static_cast<std::size_t>(s.out * s.in));
     std::vector<std::uint8_t> wq(wb.size());
@@ -30,18 +30,23 @@ int main(int argc, char** argv) {
       wb[i] = bf16(v);
       wq[i] = encode_e4m3(v * 448.0f * 20.0f);
     }
-    for (std::int64_t m : {1, 128}) {
+    for (std::int64_t m : {1, 8, 128}) {  // decode, batched decode, prefill
       std::vector<bf16> x(static_cast<std::size_t>(m * s.in)), y(static_cast<std::size_t>(m * s.out));
       for (auto& v : x) v = bf16(normal(gen));
-      for (int fp8 = 0; fp8 < 2; ++fp8) {
+      // bf16, FP8 in the exact (default) accumulation, FP8 in the fast one
+      for (int kind = 0; kind < 3; ++kind) {
+        const bool fp8 = kind > 0;
         const WeightView<> w = fp8 ? WeightView<>{DType::F8_E4M3, wq.data(), s.out, s.in, scale.data()}
                                  : WeightView<>{DType::BF16, wb.data(), s.out, s.in, nullptr};
+        const cpu::Fp8Accumulation previous =
+            cpu::set_fp8_accumulation(kind == 2 ? cpu::Fp8Accumulation::fast : cpu::Fp8Accumulation::exact);
         const double ms = bench::median_ms(reps, [&] {
           Kernels<Cpu>::linear(ctx, {x.data(), m, s.in, s.in}, w, ScaleFmt::ue8m0, {y.data(), m, s.out, s.out});
         });
+        cpu::set_fp8_accumulation(previous);
         const double flops = 2.0 * m * s.out * s.in, bytes = static_cast<double>(s.out * s.in) * (fp8 ? 1 : 2);
-        std::printf("%-24s %-6s %5lld %10.3f %10.2f %10.2f\n", s.name, fp8 ? "fp8" : "bf16", static_cast<long long>(m),
-                    ms, flops / ms / 1e6, bytes / ms / 1e6);
+        std::printf("%-24s %-8s %5lld %10.3f %10.2f %10.2f\n", s.name, kind == 0 ? "bf16" : kind == 1 ? "fp8" : "fp8-fast",
+                    static_cast<long long>(m), ms, flops / ms / 1e6, bytes / ms / 1e6);
       }
     }
   }
