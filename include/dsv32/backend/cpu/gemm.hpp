@@ -161,7 +161,8 @@ inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView<>& w,
 /// Columns of x (and of a weight) per packed panel: one FP8 scale block.
 inline constexpr int kPanelK = 128;
 
-/// Per-thread scratch arrays, grown on demand and reused across calls (slot: which array).
+/// Per-thread scratch arrays, grown on demand and reused across calls (slot: which array); each
+/// starts on a 64-byte line, so that the kernels' vector loads of it never straddle two lines.
 template <class T>
 T* gemm_scratch(int slot, std::size_t n) {
   constexpr std::size_t kLine = 64, kPad = kLine / sizeof(T);
