@@ -21,14 +21,10 @@
 namespace dsv32::cpu {
 
 namespace detail {
-/// Per-thread f32 scratch of the attention kernels (slot: which array), grown on demand and reused:
-/// slots 0-3 inside parallel tasks, 4-7 for a kernel's own arrays on the calling thread.
-inline float* attention_scratch(int slot, std::size_t n) {
-  thread_local std::vector<float> buffers[10];
-  auto& b = buffers[slot];
-  if (b.size() < n) b.resize(n);
-  return b.data();
-}
+struct AttentionScratchTag;
+/// Per-thread f32 scratch of the attention kernels (thread_scratch): slots 0-3 inside parallel
+/// tasks, 4-9 for a kernel's own arrays on the calling thread.
+inline float* attention_scratch(int slot, std::size_t n) { return thread_scratch<float, AttentionScratchTag>(slot, n); }
 }  // namespace detail
 
 /// \brief Index scores of one sequence's queries against its cached keys.

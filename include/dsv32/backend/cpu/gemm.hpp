@@ -161,16 +161,24 @@ inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView<>& w,
 /// Columns of x (and of a weight) per packed panel: one FP8 scale block.
 inline constexpr int kPanelK = 128;
 
-/// Per-thread scratch arrays, grown on demand and reused across calls (slot: which array); each
-/// starts on a 64-byte line, so that the kernels' vector loads of it never straddle two lines.
-template <class T>
-T* gemm_scratch(int slot, std::size_t n) {
+/// Per-thread scratch arrays, grown on demand and reused across calls: array `slot` (< 10) of the
+/// owner `Tag` (the GEMM drivers, the attention kernels: their slots never collide). Each starts on a
+/// 64-byte line, so that the kernels' vector loads of it never straddle two lines.
+template <class T, class Tag>
+T* thread_scratch(int slot, std::size_t n) {
   constexpr std::size_t kLine = 64, kPad = kLine / sizeof(T);
-  thread_local std::vector<T> buffers[6];
+  thread_local std::vector<T> buffers[10];
   auto& b = buffers[slot];
   if (b.size() < n + kPad) b.resize(n + kPad);
   const auto addr = reinterpret_cast<std::uintptr_t>(b.data());
   return b.data() + ((kLine - addr % kLine) % kLine) / sizeof(T);
+}
+
+struct GemmScratchTag;
+/// The GEMM drivers' scratch arrays (thread_scratch), slots 0-5.
+template <class T>
+T* gemm_scratch(int slot, std::size_t n) {
+  return thread_scratch<T, GemmScratchTag>(slot, n);
 }
 
 /// Rows per task so that [0, n) gives about want_tasks tasks: a multiple of align, at most max_rows.
