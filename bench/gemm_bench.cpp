@@ -1,12 +1,14 @@
 // dsv32-bench-gemm: the CPU backend's linear layers on the 671B model's shapes — BF16 and FP8
 // (E4M3 + 128x128 block scales, both accumulation modes) weights, decode (M = 1), batched decode
-// (M = 8) and prefill (M = 128) — in GFLOP/s and weight GB/s, medians over repetitions.
+// (M = 8) and prefill (M = 128), and the bf16 output head at M = 1 and 8 — in GFLOP/s and weight
+// GB/s, medians over repetitions.
 //   dsv32-bench-gemm [reps]
 #include <dsv32/dsv32.hpp>
 
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bench_util.hpp"
@@ -49,6 +51,28 @@ int main(int argc, char** argv) {
                     static_cast<long long>(m), ms, flops / ms / 1e6, bytes / ms / 1e6);
       }
     }
+  }
+  // The output head (bf16, f32 products: linear_f32), the largest weight of a decode step, on the
+  // kernels of every ISA level this CPU has at and above AVX-512 (VDPBF16PS with AVX512_BF16)
+  const std::int64_t vocab = 129280, dim = 7168;
+  std::vector<bf16> head(static_cast<std::size_t>(vocab * dim));
+  for (auto& v : head) v = bf16(normal(gen) * 0.02f);
+  for (cpu::Isa isa : {cpu::Isa::avx512, cpu::Isa::avx512_bf16}) {
+    if (cpu::detected_isa() < isa) continue;
+    const cpu::Isa previous = cpu::set_isa(isa);
+    for (std::int64_t m : {1, 8}) {
+      std::vector<bf16> x(static_cast<std::size_t>(m * dim));
+      std::vector<float> y(static_cast<std::size_t>(m * vocab));
+      for (auto& v : x) v = bf16(normal(gen));
+      const double ms = bench::median_ms(reps, [&] {
+        Kernels<Cpu>::linear_f32(ctx, {x.data(), m, dim, dim}, WeightView<>{DType::BF16, head.data(), vocab, dim, nullptr},
+                                 {y.data(), m, vocab, vocab});
+      });
+      const double flops = 2.0 * m * vocab * dim, bytes = 2.0 * vocab * dim;
+      std::printf("%-24s %-8s %5lld %10.3f %10.2f %10.2f\n", "head 7168->129280 f32", std::string(cpu::isa_name(isa)).c_str(),
+                  static_cast<long long>(m), ms, flops / ms / 1e6, bytes / ms / 1e6);
+    }
+    cpu::set_isa(previous);
   }
   return 0;
 }

@@ -8,6 +8,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -186,6 +187,19 @@ std::vector<float> reference_dense_f32(const std::vector<bf16>& x, std::int64_t 
 }
 
 // Every ISA level this CPU runs, from portable up.
+// The same sums with each product fused into its addition (exact product, one rounding per step).
+std::vector<float> reference_dense_fused(const std::vector<bf16>& x, std::int64_t m, const std::vector<float>& w,
+                                         std::int64_t n_out, std::int64_t k) {
+  std::vector<float> y(static_cast<std::size_t>(m * n_out));
+  for (std::int64_t r = 0; r < m; ++r)
+    for (std::int64_t n = 0; n < n_out; ++n) {
+      float acc = 0.0f;
+      for (std::int64_t i = 0; i < k; ++i) acc = std::fma(static_cast<float>(x[r * k + i]), w[n * k + i], acc);
+      y[r * n_out + n] = acc;
+    }
+  return y;
+}
+
 std::vector<cpu::Isa> isas_here() {
   std::vector<cpu::Isa> v{cpu::Isa::portable};
   if (cpu::detected_isa() >= cpu::Isa::avx2) v.push_back(cpu::Isa::avx2);
@@ -326,6 +340,63 @@ TEST_CASE("cpu::linear_f32 / linear with BF16 and F32 weights, every ISA: bit-id
       CHECK(same_bits(yb, rb));
     }
   }
+}
+
+TEST_CASE("cpu::linear_f32 with BF16 weights, every ISA: subnormal and tiny operands summed as the sequential f32 sum") {
+  // VDPBF16PS (the AVX512_BF16 decode kernel) treats subnormal inputs and results as zero: x rows and
+  // weight rows built so that doing so would change the sum must take the f32 path and give the
+  // sequential sum bit for bit; exact zeros must not matter.
+  std::mt19937 gen(29);
+  const std::int64_t k = 64, n = 48;
+  auto bits_of = [](const std::vector<float>& v) {
+    std::vector<std::uint32_t> b(v.size());
+    for (std::size_t i = 0; i < v.size(); ++i) b[i] = std::bit_cast<std::uint32_t>(v[i]);
+    return b;
+  };
+  auto bf16_bits = [](std::uint16_t b) { return Eigen::numext::bit_cast<bf16>(b); };
+  enum class Case { subnormal_weights, tiny_products, subnormal_x, zero_weights };
+  for (const Case c : {Case::subnormal_weights, Case::tiny_products, Case::subnormal_x, Case::zero_weights})
+    for (const std::int64_t m : {1, 3, 8}) {
+      auto x = random_bf16(static_cast<std::size_t>(m * k), gen);
+      auto wb = random_bf16(static_cast<std::size_t>(n * k), gen);
+      switch (c) {
+        case Case::subnormal_weights:  // row 20: subnormal weights (products far below f32's normal range)
+          for (std::int64_t i = 0; i < k; ++i) wb[20 * k + i] = bf16_bits(static_cast<std::uint16_t>((i % 2 ? 0x8000 : 0) | (8 + i % 5)));
+          break;
+        case Case::tiny_products:  // x near 2^-20, row 21 near 2^-110: normal operands, subnormal products
+          for (auto& v : x) v = bf16(static_cast<float>(v) * 0x1p-20f);
+          for (std::int64_t i = 0; i < k; ++i) wb[21 * k + i] = bf16(static_cast<float>(wb[21 * k + i]) * 0x1p-110f);
+          break;
+        case Case::subnormal_x:  // x row 0: one subnormal value, the rest zero; its weights near 2^10
+          for (std::int64_t i = 0; i < k; ++i) x[i] = bf16(0.0f);
+          x[3] = bf16_bits(0x0011);
+          for (std::int64_t r = 0; r < n; ++r) wb[r * k + 3] = bf16(static_cast<float>(wb[r * k + 3]) * 1024.0f);
+          break;
+        case Case::zero_weights:
+          for (std::int64_t i = 0; i < k; i += 3) wb[22 * k + i] = bf16(0.0f), wb[5 * k + i] = bf16(-0.0f);
+          break;
+      }
+      std::vector<float> wbf(wb.size());
+      for (std::size_t i = 0; i < wb.size(); ++i) wbf[i] = static_cast<float>(wb[i]);
+      // a product below f32's normal range may be inexact: the FMA kernels add it unrounded (one
+      // rounding per step), the portable kernel rounds it first (GemmOps)
+      const std::vector<float> rounded = reference_dense_f32(x, m, wbf, n, k), fused = reference_dense_fused(x, m, wbf, n, k);
+      if (c != Case::tiny_products) CHECK(bits_of(rounded) == bits_of(fused));  // every product exact
+      if (c != Case::zero_weights) {  // the case can tell: flushing its subnormals changes some sum
+        bool tiny = false;
+        for (float v : fused) tiny = tiny || (v != 0.0f && std::fabs(v) < 0x1p-100f);
+        CHECK(tiny);
+      }
+      for (cpu::Isa isa : isas_here()) {
+        IsaScope scope(isa);
+        CAPTURE(cpu::isa_name(isa));
+        CAPTURE(static_cast<int>(c));
+        CAPTURE(m);
+        std::vector<float> y(static_cast<std::size_t>(m * n));
+        cpu::linear_f32({x.data(), m, k, k}, {DType::BF16, wb.data(), n, k, nullptr}, {y.data(), m, n, n});
+        CHECK(bits_of(y) == bits_of(isa == cpu::Isa::portable ? rounded : fused));
+      }
+    }
 }
 
 TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast modes bit-identical to their formulas") {

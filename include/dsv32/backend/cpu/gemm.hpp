@@ -214,14 +214,37 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
       ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(x.row(i)), K, a + i * kpad);
       std::fill(a + i * kpad + K, a + (i + 1) * kpad, 0.0f);
     }
+    // VDPBF16PS where the CPU has it and x allows (GemmOps::bf16_pair_rows): x as swapped bf16 pairs
+    // and the least biased exponent the weights need for the instruction's sums to be bf16_rows'
+    const std::uint32_t* xp = nullptr;
+    std::uint16_t limit = 0;
+    if (ops.bf16_pair_rows) {
+      int least = 255;  // biased exponent of x's smallest nonzero magnitude; 0: a subnormal
+      std::uint32_t* pairs = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(M * kpad / 2));
+      for (std::int64_t i = 0; i < M; ++i) {
+        const auto* xb = reinterpret_cast<const std::uint16_t*>(x.row(i));
+        for (std::int64_t k = 0; k < K; ++k)
+          if ((xb[k] & 0x7FFF) != 0) least = std::min(least, (xb[k] >> 7) & 0xFF);
+        for (std::int64_t p = 0; p < kpad / 2; ++p) {
+          const std::uint32_t even = 2 * p < K ? xb[2 * p] : 0, odd = 2 * p + 1 < K ? xb[2 * p + 1] : 0;
+          pairs[i * (kpad / 2) + p] = odd | (even << 16);
+        }
+      }
+      if (least > 0) xp = pairs, limit = static_cast<std::uint16_t>(128 * std::max(1, 142 - least) - 1);
+    }
     const std::int64_t rows = chunk_rows(N, 8 * num_threads(), 16, 256);
     const auto* wb = static_cast<const std::uint16_t*>(w.data);
     parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
       const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
       float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(M * rows));
-      for (std::int64_t p = 0; p < cols; p += 16)
-        ops.bf16_rows(static_cast<int>(M), static_cast<int>(std::min<std::int64_t>(16, cols - p)), K, a, kpad,
-                      wb + (n0 + p) * K, K, cbuf + p, rows);
+      for (std::int64_t p = 0; p < cols; p += 16) {
+        const int n = static_cast<int>(std::min<std::int64_t>(16, cols - p));
+        if (xp)
+          ops.bf16_pair_rows(static_cast<int>(M), n, K, a, kpad, xp, kpad / 2, limit, wb + (n0 + p) * K, K, cbuf + p,
+                             rows);
+        else
+          ops.bf16_rows(static_cast<int>(M), n, K, a, kpad, wb + (n0 + p) * K, K, cbuf + p, rows);
+      }
       store(0, M, n0, cols, cbuf, rows);
     });
     return;

@@ -370,9 +370,46 @@ DSV32_TARGET_AVX512 inline void epilogue_f32(int mr, int n, const float* dot, st
   }
 }
 
-/// bf16_rows for MT x rows and 16 weight rows: 32 columns of the 16 rows loaded as 16 vectors of
-/// column pairs, transposed in registers (vector c: pair c of every row), each pair's even then odd
-/// column multiplied into the accumulators — no packed panel is written.
+/// 32 columns (16 pairs) of 16 bf16 weight rows from column k0 on, as r[c] = pair c of every row
+/// (dword lane j: row j's bf16 bits of columns k0 + 2c, low half, and k0 + 2c + 1, high half); rows
+/// >= n and columns past `left` read as zero. A full tile is gathered by 128-bit broadcast loads
+/// (each 128-bit lane L of a vector from row 4L + q) and finished by a 4 x 4 dword transpose inside
+/// the 128-bit lanes: half the shuffles of the 16 x 16 transpose that the partial tiles take.
+DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void load_pairs16(const std::uint16_t* w, std::int64_t ldw,
+                                                                           int n, std::int64_t k0, std::int64_t left,
+                                                                           __m512i r[16]) {
+  if (n == 16 && left >= 32) {
+    __m512i v[4][4];  // v[q][g]: lane L holds dwords 4g..4g+3 of row 4L + q
+    for (int q = 0; q < 4; ++q)
+      for (int g = 0; g < 4; ++g) {
+        const std::uint16_t* p = w + q * ldw + k0 + 8 * g;
+        __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+        t = _mm512_mask_broadcast_i32x4(t, 0x00F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 4 * ldw)));
+        t = _mm512_mask_broadcast_i32x4(t, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8 * ldw)));
+        v[q][g] = _mm512_mask_broadcast_i32x4(t, 0xF000,
+                                              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 12 * ldw)));
+      }
+    for (int g = 0; g < 4; ++g) {
+      const __m512i t0 = _mm512_unpacklo_epi32(v[0][g], v[1][g]), t1 = _mm512_unpackhi_epi32(v[0][g], v[1][g]);
+      const __m512i t2 = _mm512_unpacklo_epi32(v[2][g], v[3][g]), t3 = _mm512_unpackhi_epi32(v[2][g], v[3][g]);
+      r[4 * g + 0] = _mm512_unpacklo_epi64(t0, t2);
+      r[4 * g + 1] = _mm512_unpackhi_epi64(t0, t2);
+      r[4 * g + 2] = _mm512_unpacklo_epi64(t1, t3);
+      r[4 * g + 3] = _mm512_unpackhi_epi64(t1, t3);
+    }
+    return;
+  }
+  const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
+  __m512 f[16];
+  for (int j = 0; j < 16; ++j)
+    f[j] = j < n ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, w + j * ldw + k0)) : _mm512_setzero_ps();
+  transpose16(f);
+  for (int j = 0; j < 16; ++j) r[j] = _mm512_castps_si512(f[j]);
+}
+
+/// bf16_rows for MT x rows and 16 weight rows: 32 columns of the 16 rows at a time as 16 vectors of
+/// column pairs (load_pairs16), each pair's even then odd column multiplied into the accumulators —
+/// no packed panel is written.
 template <int MT>
 DSV32_TARGET_AVX512 void bf16_rows16(std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
                                      std::int64_t ldw, int n, float* out, std::int64_t ldo) {
@@ -380,21 +417,16 @@ DSV32_TARGET_AVX512 void bf16_rows16(std::int64_t K, const float* x, std::int64_
   __m512 acc[MT];
   for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
   for (std::int64_t k0 = 0; k0 < K; k0 += 32) {
-    const std::int64_t left = K - k0;
-    const __mmask32 mask = left >= 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << left) - 1u);
-    __m512 r[16];
-    for (int j = 0; j < 16; ++j)
-      r[j] = j < n ? _mm512_castsi512_ps(_mm512_maskz_loadu_epi16(mask, w + j * ldw + k0)) : _mm512_setzero_ps();
+    __m512i r[16];
+    load_pairs16(w, ldw, n, k0, K - k0, r);
     if (k0 + 256 < K)
       for (int j = 0; j < n; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * ldw + k0 + 256), _MM_HINT_T0);
-    transpose16(r);
 #if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (gcc compiles this code anyway)
 #pragma GCC unroll 16
 #endif
     for (int c = 0; c < 16; ++c) {
-      const __m512i d = _mm512_castps_si512(r[c]);
-      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
-      const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(d, hi));
+      const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(r[c], 16));
+      const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(r[c], hi));
       for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_ps(even, _mm512_set1_ps(x[m * ldx + k0 + 2 * c]), acc[m]);
       for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_ps(odd, _mm512_set1_ps(x[m * ldx + k0 + 2 * c + 1]), acc[m]);
     }
@@ -403,22 +435,81 @@ DSV32_TARGET_AVX512 void bf16_rows16(std::int64_t K, const float* x, std::int64_
   for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(out + m * ldo, rows, acc[m]);
 }
 
-DSV32_TARGET_AVX512 inline void bf16_rows(int M, int n, std::int64_t K, const float* x, std::int64_t ldx,
-                                          const std::uint16_t* w, std::int64_t ldw, float* out, std::int64_t ldo) {
+/// Calls Kernel<MT> over x's rows in groups of 8, 4, 2 and 1.
+template <template <int> class Kernel, class... Args>
+DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void by_row_groups(int M, Args... args) {
   for (int m0 = 0; m0 < M;) {
     const int left = M - m0;
-    const float* xm = x + m0 * ldx;
-    float* o = out + m0 * ldo;
-    if (left >= 8) {
-      bf16_rows16<8>(K, xm, ldx, w, ldw, n, o, ldo), m0 += 8;
-    } else if (left >= 4) {
-      bf16_rows16<4>(K, xm, ldx, w, ldw, n, o, ldo), m0 += 4;
-    } else if (left >= 2) {
-      bf16_rows16<2>(K, xm, ldx, w, ldw, n, o, ldo), m0 += 2;
-    } else {
-      bf16_rows16<1>(K, xm, ldx, w, ldw, n, o, ldo), m0 += 1;
+    if (left >= 8) Kernel<8>::run(m0, args...), m0 += 8;
+    else if (left >= 4) Kernel<4>::run(m0, args...), m0 += 4;
+    else if (left >= 2) Kernel<2>::run(m0, args...), m0 += 2;
+    else Kernel<1>::run(m0, args...), m0 += 1;
+  }
+}
+
+template <int MT>
+struct Bf16Rows {
+  DSV32_TARGET_AVX512 static void run(int m0, int n, std::int64_t K, const float* x, std::int64_t ldx,
+                                      const std::uint16_t* w, std::int64_t ldw, float* out, std::int64_t ldo) {
+    bf16_rows16<MT>(K, x + m0 * ldx, ldx, w, ldw, n, out + m0 * ldo, ldo);
+  }
+};
+
+DSV32_TARGET_AVX512 inline void bf16_rows(int M, int n, std::int64_t K, const float* x, std::int64_t ldx,
+                                          const std::uint16_t* w, std::int64_t ldw, float* out, std::int64_t ldo) {
+  by_row_groups<Bf16Rows>(M, n, K, x, ldx, w, ldw, out, ldo);
+}
+
+/// bf16_rows16 on VDPBF16PS: each pair's halves swapped in the register (VDPBF16PS adds the high
+/// halves' product first, so the even column's product comes first, as in bf16_rows16), x given as
+/// bf16 pairs swapped the same way. The instruction flushes subnormal inputs and results to zero,
+/// which no operand of the call reaches when every weight's biased exponent is at least the
+/// caller's bound (GemmOps::bf16_pair_rows); returns false, with out unwritten, when a weight of
+/// the 16 rows is below it (nonzero |bits| - 1 < limit, as unsigned 16-bit: zeros pass).
+template <int MT>
+DSV32_TARGET_AVX512_BF16 bool bf16_pair_rows16(std::int64_t K, const std::uint32_t* xp, std::int64_t ldx,
+                                               std::uint16_t limit, const std::uint16_t* w, std::int64_t ldw, int n,
+                                               float* out, std::int64_t ldo) {
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF), one = _mm512_set1_epi16(1);
+  __m512i low = _mm512_set1_epi16(-1);  // the least |bits| - 1 seen, as unsigned 16-bit
+  __m512 acc[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
+  for (std::int64_t k0 = 0; k0 < K; k0 += 32) {
+    __m512i r[16];
+    load_pairs16(w, ldw, n, k0, K - k0, r);
+    if (k0 + 256 < K)
+      for (int j = 0; j < n; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * ldw + k0 + 256), _MM_HINT_T0);
+#if !defined(__CUDACC__)
+#pragma GCC unroll 16
+#endif
+    for (int c = 0; c < 16; ++c) {
+      low = _mm512_min_epu16(low, _mm512_sub_epi16(_mm512_and_si512(r[c], magnitude), one));
+      const __m512i d = _mm512_rol_epi32(r[c], 16);
+      for (int m = 0; m < MT; ++m)
+        acc[m] = _mm512_dpbf16_ps(acc[m], (__m512bh)d, (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[m * ldx + k0 / 2 + c])));
     }
   }
+  if (_mm512_cmplt_epu16_mask(low, _mm512_set1_epi16(static_cast<short>(limit))) != 0) return false;
+  const __mmask16 rows = static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1u);
+  for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(out + m * ldo, rows, acc[m]);
+  return true;
+}
+
+template <int MT>
+struct Bf16PairRows {
+  DSV32_TARGET_AVX512_BF16 static void run(int m0, int n, std::int64_t K, const float* x, std::int64_t ldx,
+                                           const std::uint32_t* xp, std::int64_t ldxp, std::uint16_t limit,
+                                           const std::uint16_t* w, std::int64_t ldw, float* out, std::int64_t ldo) {
+    if (!bf16_pair_rows16<MT>(K, xp + m0 * ldxp, ldxp, limit, w, ldw, n, out + m0 * ldo, ldo))
+      bf16_rows16<MT>(K, x + m0 * ldx, ldx, w, ldw, n, out + m0 * ldo, ldo);
+  }
+};
+
+DSV32_TARGET_AVX512_BF16 inline void bf16_pair_rows(int M, int n, std::int64_t K, const float* x, std::int64_t ldx,
+                                                    const std::uint32_t* xp, std::int64_t ldxp, std::uint16_t limit,
+                                                    const std::uint16_t* w, std::int64_t ldw, float* out,
+                                                    std::int64_t ldo) {
+  by_row_groups<Bf16PairRows>(M, n, K, x, ldx, xp, ldxp, limit, w, ldw, out, ldo);
 }
 
 /// The sums of eight vectors of doubles, as the eight lanes of one vector.
@@ -700,6 +791,7 @@ inline const GemmOps& avx512_bf16_ops() {
     GemmOps o = avx512_ops();
     o.isa = Isa::avx512_bf16;
     o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
+    o.bf16_pair_rows = avx512::bf16_pair_rows;
     if (cpu_has_avx512_vbmi()) o.e4m3_pair_rows = avx512::e4m3_pair_rows<true>;
     return o;
   }();

@@ -8,7 +8,10 @@
 /// What every table computes, exactly (so that every ISA gives the same bits):
 /// - dense (bf16 / f32 weights): each output is the f32 sum of its products in increasing k, one
 ///   rounding per addition; a bf16 x bf16 product is exact in f32 (so an FMA equals a multiply and an
-///   add), an f32-weight product is rounded to f32 before it is added (never fused);
+///   add), an f32-weight product is rounded to f32 before it is added (never fused). The one
+///   exception: a bf16 x bf16 product below f32's normal range (|product| < 2^-126) can be inexact;
+///   the AVX2 and AVX-512 tables add it unrounded (FMA), the portable one rounds it first (the
+///   model's activations and weights are nowhere near: tests/backend/test_gemm.cpp pins both down);
 /// - FP8 block dots: exact (double holds every partial sum of 128 E4M3 products) in the exact mode,
 ///   or in the fast mode an f32 sum in the order of the AVX512_BF16 instruction VDPBF16PS: from +0,
 ///   for each pair of columns (2p, 2p + 1) in increasing p, first the product of column 2p + 1 then
@@ -97,6 +100,18 @@ struct GemmOps {
   /// up to K rounded up to 32; w rows are ldw bf16 apart.
   void (*bf16_rows)(int M, int n, std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
                     std::int64_t ldw, float* out, std::int64_t ldo) = nullptr;
+
+  /// bf16_rows on VDPBF16PS (optional: null where the CPU has no AVX512_BF16), the same sums bit for
+  /// bit: x also given as bf16 pairs with their halves swapped (xp[m][p]: bf16 of column 2p + 1 in the
+  /// low half, of column 2p in the high half; ldxp dwords apart; zero past K). The instruction treats
+  /// subnormal inputs and results as zero; none occurs when every nonzero product of bf16 values is
+  /// a multiple of 2^-126 (then so is every partial sum), that is when e(w) + e(x) >= -112 for the
+  /// unbiased exponents of every nonzero weight and x value, with no subnormal x. The caller
+  /// derives from x the least biased exponent B the weights need and passes limit = 128 B - 1:
+  /// a 16-row group holding a weight with 0 < (bits & 0x7FFF) <= limit is computed by bf16_rows.
+  void (*bf16_pair_rows)(int M, int n, std::int64_t K, const float* x, std::int64_t ldx, const std::uint32_t* xp,
+                         std::int64_t ldxp, std::uint16_t limit, const std::uint16_t* w, std::int64_t ldw,
+                         float* out, std::int64_t ldo) = nullptr;
 
   /// The small-M exact FP8 product, weight rows streamed once: for m < M (<= 8), r < rows and
   /// blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) * (xs[m][kb] * ws[kb]).
