@@ -170,16 +170,22 @@ std::vector<bf16> reference_fp8_linear_fast_rows(const std::vector<bf16>& x, std
   });
 }
 
-// The dense products' definition: each output the f32 sum of f32-rounded products in increasing k.
+// The dense products' definition: each output the f32 sum of f32-rounded products in increasing k;
+// with fused, each product fused into its addition instead (exact product, one rounding per step).
 std::vector<float> reference_dense_f32(const std::vector<bf16>& x, std::int64_t m, const std::vector<float>& w,
-                                       std::int64_t n_out, std::int64_t k) {
+                                       std::int64_t n_out, std::int64_t k, bool fused = false) {
   std::vector<float> y(static_cast<std::size_t>(m * n_out));
   for (std::int64_t r = 0; r < m; ++r)
     for (std::int64_t n = 0; n < n_out; ++n) {
       float acc = 0.0f;
       for (std::int64_t i = 0; i < k; ++i) {
-        volatile float p = static_cast<float>(x[r * k + i]) * w[n * k + i];  // rounded, never fused
-        acc += p;
+        const float a = static_cast<float>(x[r * k + i]), b = w[n * k + i];
+        if (fused) {
+          acc = std::fma(a, b, acc);
+        } else {
+          volatile float p = a * b;  // rounded, never fused
+          acc += p;
+        }
       }
       y[r * n_out + n] = acc;
     }
@@ -187,19 +193,6 @@ std::vector<float> reference_dense_f32(const std::vector<bf16>& x, std::int64_t 
 }
 
 // Every ISA level this CPU runs, from portable up.
-// The same sums with each product fused into its addition (exact product, one rounding per step).
-std::vector<float> reference_dense_fused(const std::vector<bf16>& x, std::int64_t m, const std::vector<float>& w,
-                                         std::int64_t n_out, std::int64_t k) {
-  std::vector<float> y(static_cast<std::size_t>(m * n_out));
-  for (std::int64_t r = 0; r < m; ++r)
-    for (std::int64_t n = 0; n < n_out; ++n) {
-      float acc = 0.0f;
-      for (std::int64_t i = 0; i < k; ++i) acc = std::fma(static_cast<float>(x[r * k + i]), w[n * k + i], acc);
-      y[r * n_out + n] = acc;
-    }
-  return y;
-}
-
 std::vector<cpu::Isa> isas_here() {
   std::vector<cpu::Isa> v{cpu::Isa::portable};
   if (cpu::detected_isa() >= cpu::Isa::avx2) v.push_back(cpu::Isa::avx2);
@@ -380,7 +373,7 @@ TEST_CASE("cpu::linear_f32 with BF16 weights, every ISA: subnormal and tiny oper
       for (std::size_t i = 0; i < wb.size(); ++i) wbf[i] = static_cast<float>(wb[i]);
       // a product below f32's normal range may be inexact: the FMA kernels add it unrounded (one
       // rounding per step), the portable kernel rounds it first (GemmOps)
-      const std::vector<float> rounded = reference_dense_f32(x, m, wbf, n, k), fused = reference_dense_fused(x, m, wbf, n, k);
+      const std::vector<float> rounded = reference_dense_f32(x, m, wbf, n, k), fused = reference_dense_f32(x, m, wbf, n, k, true);
       if (c != Case::tiny_products) CHECK(bits_of(rounded) == bits_of(fused));  // every product exact
       if (c != Case::zero_weights) {  // the case can tell: flushing its subnormals changes some sum
         bool tiny = false;

@@ -407,6 +407,13 @@ DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void load_pairs16(cons
   for (int j = 0; j < 16; ++j) r[j] = _mm512_castps_si512(f[j]);
 }
 
+/// Prefetches column k of n bf16 rows (nothing at or past K).
+DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void prefetch_rows(const std::uint16_t* w, std::int64_t ldw,
+                                                                             int n, std::int64_t k, std::int64_t K) {
+  if (k < K)
+    for (int j = 0; j < n; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * ldw + k), _MM_HINT_T0);
+}
+
 /// bf16_rows for MT x rows and 16 weight rows: 32 columns of the 16 rows at a time as 16 vectors of
 /// column pairs (load_pairs16), each pair's even then odd column multiplied into the accumulators —
 /// no packed panel is written.
@@ -419,8 +426,7 @@ DSV32_TARGET_AVX512 void bf16_rows16(std::int64_t K, const float* x, std::int64_
   for (std::int64_t k0 = 0; k0 < K; k0 += 32) {
     __m512i r[16];
     load_pairs16(w, ldw, n, k0, K - k0, r);
-    if (k0 + 256 < K)
-      for (int j = 0; j < n; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * ldw + k0 + 256), _MM_HINT_T0);
+    prefetch_rows(w, ldw, n, k0 + 256, K);
 #if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (gcc compiles this code anyway)
 #pragma GCC unroll 16
 #endif
@@ -477,8 +483,7 @@ DSV32_TARGET_AVX512_BF16 bool bf16_pair_rows16(std::int64_t K, const std::uint32
   for (std::int64_t k0 = 0; k0 < K; k0 += 32) {
     __m512i r[16];
     load_pairs16(w, ldw, n, k0, K - k0, r);
-    if (k0 + 256 < K)
-      for (int j = 0; j < n; ++j) _mm_prefetch(reinterpret_cast<const char*>(w + j * ldw + k0 + 256), _MM_HINT_T0);
+    prefetch_rows(w, ldw, n, k0 + 256, K);
 #if !defined(__CUDACC__)
 #pragma GCC unroll 16
 #endif
