@@ -39,12 +39,22 @@ constexpr std::string_view isa_name(Isa isa) noexcept {
 #if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(_M_X64))
 /// Defined when the x86-64 kernels (target attributes) are compiled in.
 #define DSV32_CPU_X86 1
-#define DSV32_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi2")))
-#define DSV32_TARGET_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2")))
+// The kernels keep their tiles in arrays of vector registers indexed by fixed-count loops, which
+// must be unrolled completely to stay in registers. GCC does that at -O3 (-fpeel-loops) but not at
+// -O2, the level of CMake's RelWithDebInfo and of most distributions' builds: there the arrays
+// went through memory and the kernels ran 2-3.7x slower (dsv32-bench-gemm, docs/performance.md).
+// So the kernels ask for it themselves (clang unrolls such loops at -O2 and has no such attribute).
+#if defined(__clang__)
+#define DSV32_KERNEL_TARGET(isa) __attribute__((target(isa)))
+#else
+#define DSV32_KERNEL_TARGET(isa) __attribute__((target(isa), optimize("peel-loops")))
+#endif
+#define DSV32_TARGET_AVX2 DSV32_KERNEL_TARGET("avx2,fma,f16c,bmi2")
+#define DSV32_TARGET_AVX512 DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2")
 #define DSV32_TARGET_AVX512_BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi2")))
+  DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi2")
 #define DSV32_TARGET_AVX512_BF16_VBMI \
-  __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi2")))
+  DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi2")
 #include <cpuid.h>
 #endif
 
