@@ -15,6 +15,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 #include "dsv32/backend/cpu/simd/isa.hpp"
 #include "support/test_support.hpp"
@@ -151,23 +152,25 @@ std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int
 // simd/gemm_ops.hpp: the 64 column pairs of a block dealt to 16 lanes (lane d of the slot group g
 // within half h holds pair 32 h + 8 (d / 4) + d % 4 + 4 (g % 2)), each lane's pairs summed in
 // order (odd column first), the lanes added as a halving tree.
+float row_order_block_dot(const std::uint8_t* xb, const std::uint8_t* wb) {
+  float lane[16] = {};
+  for (int h = 0; h < 2; ++h)
+    for (int g = 0; g < 2; ++g)
+      for (int d = 0; d < 16; ++d) {
+        const int c = 2 * (32 * h + 8 * (d / 4) + d % 4 + 4 * g);
+        for (const int col : {c + 1, c}) {
+          const float p = static_cast<float>(e4m3_value(xb[col]) * e4m3_value(wb[col]));  // exact
+          lane[d] += p;
+        }
+      }
+  for (int half = 8; half >= 1; half /= 2)
+    for (int i = 0; i < half; ++i) lane[i] += lane[i + half];
+  return lane[0];
+}
+
 std::vector<bf16> reference_fp8_linear_fast_rows(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
                                                  ScaleFmt fmt) {
-  return reference_fp8_linear_with(x, m, w, fmt, [](const std::uint8_t* xb, const std::uint8_t* wb) {
-    float lane[16] = {};
-    for (int h = 0; h < 2; ++h)
-      for (int g = 0; g < 2; ++g)
-        for (int d = 0; d < 16; ++d) {
-          const int c = 2 * (32 * h + 8 * (d / 4) + d % 4 + 4 * g);
-          for (const int col : {c + 1, c}) {
-            const float p = static_cast<float>(e4m3_value(xb[col]) * e4m3_value(wb[col]));  // exact
-            lane[d] += p;
-          }
-        }
-    for (int half = 8; half >= 1; half /= 2)
-      for (int i = 0; i < half; ++i) lane[i] += lane[i + half];
-    return lane[0];
-  });
+  return reference_fp8_linear_with(x, m, w, fmt, row_order_block_dot);
 }
 
 // The dense products' definition: each output the f32 sum of f32-rounded products in increasing k;
@@ -430,6 +433,57 @@ TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast
       }
     }
   }
+}
+
+TEST_CASE("GemmOps::e4m3_pair_rows, every ISA: its f32 outputs bit-identical to the row order's definition") {
+  // The decode kernels' own f32 outputs (cpu::linear rounds them to bf16, which hides most changes
+  // of summation order): codes over the whole range and both signs, so that each block's sum cancels
+  // and its rounding depends on the order; blocks given in two calls (kb0 / kb1), added to what out holds.
+  std::mt19937 gen(41);
+  std::uniform_int_distribution<int> any_code(0, 255);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  constexpr int KB = 3, K = 128 * KB;
+  for (const int M : {1, 2, 3, 4, 5, 8})
+    for (const int rows : {1, 5, 16, 37}) {
+      std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K)), wq(static_cast<std::size_t>(rows * K));
+      for (auto& c : xq)
+        do c = static_cast<std::uint8_t>(any_code(gen));
+        while ((c & 0x7F) == 0x7F);  // activations have no NaN codes; weights read 0x7F / 0xFF as +-480
+      for (auto& c : wq) c = static_cast<std::uint8_t>(any_code(gen));
+      std::vector<float> xs(static_cast<std::size_t>(M * KB)), ws(KB), start(static_cast<std::size_t>(M * rows));
+      for (auto& v : xs) v = unit(gen);
+      for (auto& v : ws) v = unit(gen);
+      for (auto& v : start) v = unit(gen) - 1.25f;
+      // x as bf16 pairs in slot order: dword s of block kb holds the pair row_order_pair(s)
+      auto bf16_bits = [](double v) { return std::bit_cast<std::uint32_t>(static_cast<float>(v)) >> 16; };
+      std::vector<std::uint32_t> xp(static_cast<std::size_t>(M * K / 2));
+      for (int m = 0; m < M; ++m)
+        for (int kb = 0; kb < KB; ++kb)
+          for (int slot = 0; slot < 64; ++slot) {
+            const std::uint8_t* pair = &xq[m * K + kb * 128 + 2 * cpu::simd::row_order_pair(slot)];
+            xp[m * K / 2 + kb * 64 + slot] = bf16_bits(e4m3_value(pair[0])) | bf16_bits(e4m3_value(pair[1])) << 16;
+          }
+      std::vector<float> expected = start;
+      for (int m = 0; m < M; ++m)
+        for (int r = 0; r < rows; ++r)
+          for (int kb = 0; kb < KB; ++kb) {
+            volatile float p = row_order_block_dot(&xq[m * K + kb * 128], &wq[r * K + kb * 128]) * (xs[m * KB + kb] * ws[kb]);
+            expected[m * rows + r] += p;
+          }
+      for (cpu::Isa isa : isas_here()) {
+        IsaScope scope(isa);
+        CAPTURE(cpu::isa_name(isa));
+        CAPTURE(M);
+        CAPTURE(rows);
+        std::vector<float> out = start;
+        for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
+          cpu::gemm_ops().e4m3_pair_rows(M, rows, kb0, kb1, xp.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(),
+                                         out.data(), rows);
+        int differ = 0;
+        for (std::size_t i = 0; i < out.size(); ++i) differ += std::bit_cast<std::uint32_t>(out[i]) != std::bit_cast<std::uint32_t>(expected[i]);
+        CHECK(differ == 0);
+      }
+    }
 }
 
 TEST_CASE("cpu::linear: E4M3 weights over the whole code range, the NaN codes 0x7F / 0xFF reading as +-480") {

@@ -2,7 +2,9 @@
 /// \brief CPU: the AVX2 + FMA + F16C GemmOps, compiled with target attributes; used on x86-64 CPUs
 ///        without AVX-512. Same arithmetic as the AVX-512 and portable tables (see gemm_ops.hpp).
 ///
-/// Micro-tiles: 6 x rows by 16 weight rows in f32 (12 ymm accumulators), 6 by 8 in f64.
+/// Micro-tiles: 6 x rows by 16 weight rows in f32 (12 ymm accumulators), 6 by 8 in f64. The
+/// small-M FP8 kernels stream weight rows once: the exact one widens codes to doubles by shifting
+/// their bits into place, the fast one (e4m3_pair_rows, the row order) to f32 the same way.
 #pragma once
 
 #include "dsv32/backend/cpu/simd/isa.hpp"
@@ -395,6 +397,90 @@ DSV32_TARGET_AVX2 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::
   }
 }
 
+/// e4m3_pair_rows (the row order, gemm_ops.hpp) for MT x rows and R weight rows, MT * R <= 4. A
+/// block's 16 lanes are two 8-lane halves u: the lanes 8u + j of slot group g hold the column pairs
+/// 32 (g / 2) + 16 u + 4 (g % 2) + j % 4 + 8 (j / 4), i.e. the 8-byte pieces at 64 (g / 2) + 32 u +
+/// 8 (g % 2) and 16 bytes further. Each piece's codes, as 16-bit (even, odd) words sign-extended to
+/// dwords, become f32 by shifting the code to bits 20..27 (its sign to 31) and scaling by 2^120
+/// (exact, E4M3's subnormal codes included); each pair adds its odd column's product, then its even
+/// one's (FMAs of exact products), as VDPBF16PS does.
+template <int MT, int R>
+DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
+                                       std::int64_t ldx, const float* xs, std::int64_t ldxs,
+                                       const std::uint8_t* const* wr, const float* ws, int valid, float* out,
+                                       std::int64_t ldo) {
+  static_assert(MT * R <= 4);
+  const __m256i code_bits = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
+  const __m256i hi_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256 unbias = _mm256_set1_ps(0x1p120f);
+  float c[MT * R];
+  for (int i = 0; i < MT * R; ++i) c[i] = i % R < valid ? out[(i / R) * ldo + i % R] : 0.0f;
+  for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+    __m256 acc[MT * R][2];
+    for (int i = 0; i < MT * R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    for (int g = 0; g < 4; ++g)
+      for (int u = 0; u < 2; ++u) {
+        const std::int64_t at = kb * 128 + 64 * (g / 2) + 32 * u + 8 * (g % 2);
+        __m256 we[R], wo[R];
+        for (int r = 0; r < R; ++r) {
+          std::int64_t lo, hi;
+          std::memcpy(&lo, wr[r] + at, 8);
+          std::memcpy(&hi, wr[r] + at + 16, 8);
+          const __m256i d = _mm256_cvtepi16_epi32(_mm_set_epi64x(hi, lo));
+          const __m256i e = _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(d, 24), 4), code_bits);
+          const __m256i o = _mm256_and_si256(_mm256_slli_epi32(d, 12), code_bits);
+          we[r] = _mm256_mul_ps(_mm256_castsi256_ps(e), unbias);
+          wo[r] = _mm256_mul_ps(_mm256_castsi256_ps(o), unbias);
+        }
+        for (int m = 0; m < MT; ++m) {
+          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + m * ldx + kb * 64 + 16 * g + 8 * u));
+          const __m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xv, hi_half));
+          const __m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xv, 16));
+          for (int r = 0; r < R; ++r) {
+            acc[m * R + r][u] = _mm256_fmadd_ps(xo, wo[r], acc[m * R + r][u]);
+            acc[m * R + r][u] = _mm256_fmadd_ps(xe, we[r], acc[m * R + r][u]);
+          }
+        }
+      }
+    for (int i = 0; i < MT * R; ++i) {
+      const __m256 h8 = _mm256_add_ps(acc[i][0], acc[i][1]);  // l[i] + l[i + 8]
+      const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
+      const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));  // h4[0] + h4[2], h4[1] + h4[3]
+      const float dot = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+      float p = dot * (xs[(i / R) * ldxs + kb] * ws[kb]);
+      __asm__("" : "+x"(p));  // rounded, never fused into the addition
+      c[i] += p;
+    }
+  }
+  for (int i = 0; i < MT * R; ++i)
+    if (i % R < valid) out[(i / R) * ldo + i % R] = c[i];
+}
+
+DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
+                                             const std::uint32_t* xp, std::int64_t ldx, const float* xs,
+                                             std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                             const float* ws, float* out, std::int64_t ldo) {
+  // 8 weight rows at a time (in cache for every x-row group after the first)
+  for (int g0 = 0; g0 < rows; g0 += 8) {
+    for (int m0 = 0; m0 < M;) {
+      const int left = M - m0;
+      const int mt = left >= 4 ? 4 : left >= 2 ? 2 : 1, R = 4 / mt;
+      const std::uint32_t* x = xp + m0 * ldx;
+      const float* s = xs + m0 * ldxs;
+      for (int r0 = g0; r0 < g0 + 8 && r0 < rows; r0 += R) {
+        const int valid = rows - r0 < R ? rows - r0 : R;
+        const std::uint8_t* wr[4];
+        for (int r = 0; r < R; ++r) wr[r] = w + (r0 + (r < valid ? r : 0)) * ldw;  // a stand-in row past the last
+        float* o = out + m0 * ldo + r0;
+        if (mt == 4) e4m3_pair_group<4, 1>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+        else if (mt == 2) e4m3_pair_group<2, 2>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+        else e4m3_pair_group<1, 4>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+      }
+      m0 += mt;
+    }
+  }
+}
+
 }  // namespace dsv32::cpu::simd::avx2
 
 namespace dsv32::cpu::simd {
@@ -423,7 +509,7 @@ inline const GemmOps& avx2_ops() {
     o.amax_bf16 = portable::amax_bf16;  // a small part of act_quant's time: no AVX2 version
     o.quantize_e4m3 = portable::quantize_e4m3;
     o.dequant_e4m3 = avx2::dequant_e4m3;
-    o.e4m3_pair_rows = portable::e4m3_pair_rows;  // the fast small-M FP8 product has no AVX2 kernel
+    o.e4m3_pair_rows = avx2::e4m3_pair_rows;
     o.e4m3_rows = avx2::e4m3_rows;
     o.fp8_pair_dots = avx2::fp8_pair_dots;
     return o;
