@@ -7,6 +7,10 @@
 
 #include <doctest/doctest.h>
 
+#if defined(__SSE__)
+#include <xmmintrin.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -485,6 +489,52 @@ TEST_CASE("GemmOps::e4m3_pair_rows, every ISA: its f32 outputs bit-identical to 
       }
     }
 }
+
+#if defined(__SSE__)
+// Sets MXCSR's bits on this thread and on every OpenMP thread, restores the previous values after.
+struct MxcsrScope {
+  static void set_everywhere(unsigned bits, bool on) {
+    auto apply = [&] { _mm_setcsr(on ? (_mm_getcsr() | bits) : (_mm_getcsr() & ~bits)); };
+#if defined(_OPENMP)
+#pragma omp parallel
+    apply();
+#endif
+    apply();
+  }
+  unsigned bits;
+  explicit MxcsrScope(unsigned b) : bits(b) { set_everywhere(bits, true); }
+  ~MxcsrScope() { set_everywhere(bits, false); }
+};
+
+TEST_CASE("cpu::linear with FP8 weights under denormals-are-zero and flush-to-zero: the same bits, MXCSR kept") {
+  // Programs built with -ffast-math start with MXCSR's DAZ and FTZ bits set. The x86 kernels widen
+  // E4M3's subnormal codes (every 16th code of these random weights) through subnormal floats, so
+  // with those bits honoured they would read as zero: the CPU kernels clear them for their scope.
+  constexpr unsigned kDazFtz = 0x8040u;
+  std::mt19937 gen(57);
+  for (const std::int64_t m : {1, 8, 20}) {
+    const std::int64_t k = 256, n = 140;
+    const Fp8Weight w = random_fp8_weight(n, k, gen);
+    const std::vector<bf16> x = random_bf16(static_cast<std::size_t>(m * k), gen);
+    const std::vector<bf16> exact = reference_fp8_linear(x, m, w, ScaleFmt::ue8m0);
+    const std::vector<bf16> fast = m > 8 ? reference_fp8_linear_fast(x, m, w, ScaleFmt::ue8m0)
+                                         : reference_fp8_linear_fast_rows(x, m, w, ScaleFmt::ue8m0);
+    const MxcsrScope daz_ftz(kDazFtz);
+    for (cpu::Isa isa : isas_here()) {
+      IsaScope scope(isa);
+      CAPTURE(cpu::isa_name(isa));
+      CAPTURE(m);
+      std::vector<bf16> y(static_cast<std::size_t>(m * n));
+      cpu::linear({x.data(), m, k, k}, w.view(), ScaleFmt::ue8m0, {y.data(), m, n, n});
+      CHECK(same_bits(y, exact));
+      Fp8Scope mode(cpu::Fp8Accumulation::fast);
+      cpu::linear({x.data(), m, k, k}, w.view(), ScaleFmt::ue8m0, {y.data(), m, n, n});
+      CHECK(same_bits(y, fast));
+      CHECK((_mm_getcsr() & kDazFtz) == kDazFtz);  // the caller's environment is given back
+    }
+  }
+}
+#endif
 
 TEST_CASE("cpu::linear: E4M3 weights over the whole code range, the NaN codes 0x7F / 0xFF reading as +-480") {
   // one weight row per code (128 columns of that code), one x row of ones: y = 128 * value * scales

@@ -486,6 +486,7 @@ inline void linear(MatrixView<const bf16> x, const WeightView<>& w, ScaleFmt fmt
   detail::check_linear_shapes(x, w, y.rows, y.cols);
   detail::check_weight_dtype(w, "linear");
   if (x.rows == 0) return;
+  const IeeeSubnormalScope ieee;  // the products widen E4M3 subnormal codes through subnormal floats
   auto store = [&](std::int64_t m0, std::int64_t rows, std::int64_t n0, std::int64_t cols, const float* tile,
                    std::int64_t ld) {
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -516,6 +517,7 @@ inline void linear_f32(MatrixView<const bf16> x, const WeightView<>& w, MatrixVi
   DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32, invalid_argument,
               "f32 linear needs a BF16 or F32 weight, got ", dtype_name(w.dtype));
   if (x.rows == 0) return;
+  const IeeeSubnormalScope ieee;
   detail::dense_product(gemm_ops(), x, w,
                         [&](std::int64_t m0, std::int64_t rows, std::int64_t n0, std::int64_t cols, const float* tile,
                             std::int64_t ld) {
