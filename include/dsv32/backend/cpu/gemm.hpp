@@ -343,7 +343,7 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     }
     std::int64_t rows = 64;  // a power of two, so that a task never straddles two 128-row scale blocks
     while (rows > 8 && (N + rows - 1) / rows < 8 * num_threads()) rows /= 2;
-    const std::int64_t kb_step = std::max<std::int64_t>(1, (std::getenv("KBS") ? std::atoi(std::getenv("KBS")) : 256) / M);  // x blocks of one pass stay in L2
+    const std::int64_t kb_step = std::max<std::int64_t>(1, 256 / M);  // x blocks of one pass stay in L2
     parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
       const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
       float* out = gemm_scratch<float>(2, static_cast<std::size_t>(M * rows));
