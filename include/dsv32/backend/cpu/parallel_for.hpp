@@ -84,7 +84,7 @@ void parallel_for(std::int64_t n, std::int64_t work_per_item, F&& f) {
 #pragma omp parallel
     {
       const IeeeSubnormalScope ieee;
-#pragma omp for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1) nowait  // the region's end is the one barrier
       for (std::int64_t i = 0; i < n; ++i) f(i);
     }
     return;
