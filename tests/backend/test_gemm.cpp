@@ -442,12 +442,13 @@ TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast
 TEST_CASE("GemmOps::e4m3_pair_rows, every ISA: its f32 outputs bit-identical to the row order's definition") {
   // The decode kernels' own f32 outputs (cpu::linear rounds them to bf16, which hides most changes
   // of summation order): codes over the whole range and both signs, so that each block's sum cancels
-  // and its rounding depends on the order; blocks given in two calls (kb0 / kb1), added to what out holds.
+  // and its rounding depends on the order; blocks given in two calls (kb0 / kb1), added to what out holds;
+  // the second call longer than the AVX-512 driver's 32-block pass, M up to two of its 15-row passes.
   std::mt19937 gen(41);
   std::uniform_int_distribution<int> any_code(0, 255);
   std::uniform_real_distribution<float> unit(0.5f, 2.0f);
-  constexpr int KB = 3, K = 128 * KB;
-  for (const int M : {1, 2, 3, 4, 5, 8})
+  constexpr int KB = 35, K = 128 * KB;
+  for (const int M : {1, 2, 3, 4, 5, 7, 8, 16})
     for (const int rows : {1, 5, 16, 37}) {
       std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K)), wq(static_cast<std::size_t>(rows * K));
       for (auto& c : xq)
@@ -595,6 +596,39 @@ TEST_CASE("cpu::weight_rows_f32 dequantizes FP8 as bf16(e4m3 value * block scale
   cpu::weight_rows_f32(w.view(), 128, 2, tail.data());
   CHECK(tail[255 + 256] == -1.0f);
   CHECK(tail[0] == 3.0f);
+}
+
+TEST_CASE("GemmOps::dequant_e4m3, every ISA: every code as bf16(value * scale), powers of two up to their limits") {
+  // Powers of two inside [2^-117, 2^119] take a path without rounding (simd::e4m3_scale_exact);
+  // the ones just outside, other scales and zero are rounded to bf16 (results past f32 become inf).
+  const float scales[] = {1.0f, 0x1p-10f, -0x1p-3f, 0x1p-117f, 0x1p-118f, 0x1p-126f, 0x1p119f, 0x1p120f,
+                          0.1f, 3.0f, -1.0f / 3.0f, 0.0f};
+  CHECK(cpu::simd::e4m3_scale_exact(0x1p-117f));
+  CHECK_FALSE(cpu::simd::e4m3_scale_exact(0x1p-118f));
+  CHECK(cpu::simd::e4m3_scale_exact(0x1p119f));
+  CHECK_FALSE(cpu::simd::e4m3_scale_exact(0x1p120f));
+  CHECK_FALSE(cpu::simd::e4m3_scale_exact(0.75f));
+  for (const float s1 : scales) {
+    // three 128-column blocks (the middle one under scale 0.1), a tail of 37 columns past them
+    const std::int64_t n = 3 * 128 + 37;
+    const float block_scale[4] = {s1, 0.1f, s1, s1};
+    std::vector<std::uint8_t> codes(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) codes[i] = static_cast<std::uint8_t>((i * 7 + 3) % 256);
+    for (int c = 0; c < 256; ++c) codes[c < 128 ? c : 256 + c - 128] = static_cast<std::uint8_t>(c);  // blocks 0, 2: every code
+    for (cpu::Isa isa : isas_here()) {
+      IsaScope scope(isa);
+      CAPTURE(cpu::isa_name(isa));
+      CAPTURE(s1);
+      std::vector<float> out(static_cast<std::size_t>(n), -7.0f);
+      cpu::gemm_ops().dequant_e4m3(codes.data(), n, block_scale, out.data());
+      int bad = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        const float expected = dsv32::round_bf16(cpu::simd::kE4m3Weight[codes[i]] * block_scale[i / 128]);
+        bad += std::bit_cast<std::uint32_t>(out[i]) != std::bit_cast<std::uint32_t>(expected);
+      }
+      CHECK(bad == 0);
+    }
+  }
 }
 
 TEST_CASE("cpu::activation_scale and act_quant: closed forms") {

@@ -269,7 +269,12 @@ DSV32_TARGET_AVX2 inline void dequant_e4m3(const std::uint8_t* w, std::int64_t n
                                            float* out) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256 v = _mm256_mul_ps(load_row<2>(w + i, 0, 0, 0, 8), _mm256_set1_ps(block_scale[i / 128]));
+    const float s = block_scale[i / 128];
+    const __m256 v = _mm256_mul_ps(load_row<2>(w + i, 0, 0, 0, 8), _mm256_set1_ps(s));
+    if (e4m3_scale_exact(s)) {  // exact in bf16: nothing to round
+      _mm256_storeu_ps(out + i, v);
+      continue;
+    }
     const __m256i b = _mm256_castps_si256(v);
     const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
     const __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7FFF)), lsb);

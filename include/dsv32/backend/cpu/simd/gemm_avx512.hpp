@@ -336,7 +336,14 @@ DSV32_TARGET_AVX512 inline void dequant_e4m3(const std::uint8_t* w, std::int64_t
                                              float* out) {
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
-    const __m512 v = _mm512_mul_ps(load_row_e4m3(w + i, m), _mm512_set1_ps(block_scale[i / 128]));
+    const float s = block_scale[i / 128];
+    if (e4m3_scale_exact(s)) {  // (v / 256) (256 s): one rounding of v s, which is exact in bf16
+      const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(m, w + i)), 7),
+                                         _mm256_set1_epi16(static_cast<short>(0xBF80)));
+      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f * s)));
+      continue;
+    }
+    const __m512 v = _mm512_mul_ps(load_row_e4m3(w + i, m), _mm512_set1_ps(s));
     // to the nearest bf16, ties to even, as a float (the bits of bf16 rounding, finite values)
     const __m512i b = _mm512_castps_si512(v);
     const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
@@ -660,12 +667,13 @@ DSV32_TARGET_AVX512_BF16_VBMI __attribute__((always_inline)) inline void pair_pr
 /// 64 codes of a row, two byte lookups and an unpack give the bf16 pairs in slot order (lane d of
 /// the low unpack: pair 8 (d / 4) + d % 4; of the high one: 4 more), multiplied into one 16-lane
 /// accumulator per (x row, weight row) — VDPBF16PS (kDot) or the same two FMAs per pair; per block
-/// the 16 accumulators are reduced together, the lanes added in the row order's tree.
+/// the 16 accumulators are reduced together, the lanes added in the row order's tree, and scaled by
+/// the block's 16 scales (scales + 16 (kb - kb0): x row's scale times the weights', lane order m R + r).
 template <int MT, int R, bool kDot>
 DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
-                                                   std::int64_t ldx, const float* xs, std::int64_t ldxs,
-                                                   const std::uint8_t* const* wr, const float* ws, int valid,
-                                                   float* out, std::int64_t ldo) {
+                                                   std::int64_t ldx, const float* scales,
+                                                   const std::uint8_t* const* wr, int valid, float* out,
+                                                   std::int64_t ldo) {
   static_assert(MT * R == 16);
   const E4m3Bf16Bytes& lut = e4m3_bf16_bytes();
   const __m512i tl0 = _mm512_load_si512(lut.lo), tl1 = _mm512_load_si512(lut.lo + 64);
@@ -715,10 +723,7 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_group(std::int64_t kb0, std::int64_
       v[j] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0x44), _mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0xEE));
     const __m512 dots = _mm512_permutexvar_ps(
         unscramble, _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD)));
-    alignas(64) float xsc[16];
-    for (int i = 0; i < 16; ++i) xsc[i] = xs[(i / R) * ldxs + kb];
-    const __m512 scale = _mm512_mul_ps(_mm512_load_ps(xsc), _mm512_set1_ps(ws[kb]));
-    cv = _mm512_add_ps(cv, opaque(_mm512_mul_ps(dots, scale)));
+    cv = _mm512_add_ps(cv, opaque(_mm512_mul_ps(dots, _mm512_load_ps(scales + 16 * (kb - kb0)))));
   }
   _mm512_store_ps(c, cv);
   for (int i = 0; i < 16; ++i)
@@ -730,24 +735,42 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_rows(int M, int rows, std::int64_t 
                                                   const std::uint32_t* xp, std::int64_t ldx, const float* xs,
                                                   std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
                                                   const float* ws, float* out, std::int64_t ldo) {
-  // 16 weight rows at a time (in cache for every x-row group after the first)
-  for (int g0 = 0; g0 < rows; g0 += 16) {
-    for (int m0 = 0; m0 < M;) {
-      const int left = M - m0;
-      const int mt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1, R = 16 / mt;
-      const std::uint32_t* x = xp + m0 * ldx;
-      const float* s = xs + m0 * ldxs;
-      for (int r0 = g0; r0 < g0 + 16 && r0 < rows; r0 += R) {
-        const int valid = rows - r0 < R ? rows - r0 : R;
-        const std::uint8_t* wr[16];
-        for (int r = 0; r < R; ++r) wr[r] = w + (r0 + (r < valid ? r : 0)) * ldw;  // a stand-in row past the last
-        float* o = out + m0 * ldo + r0;
-        if (mt == 8) e4m3_pair_group<8, 2, kDot>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
-        else if (mt == 4) e4m3_pair_group<4, 4, kDot>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
-        else if (mt == 2) e4m3_pair_group<2, 8, kDot>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
-        else e4m3_pair_group<1, 16, kDot>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+  // x rows in groups of 8, 4, 2, 1 (at most 4 groups for M <= 8, more for larger M)
+  constexpr int kChunk = 32;  // blocks per pass: the groups' scale vectors take 8 KB of stack
+  for (int m00 = 0; m00 < M; m00 += 15) {
+    const int M1 = M - m00 < 15 ? M - m00 : 15;
+    int group_m0[4], group_mt[4], groups = 0;
+    for (int m0 = m00; m0 < m00 + M1; m0 += group_mt[groups++]) {
+      const int left = m00 + M1 - m0;
+      group_m0[groups] = m0;
+      group_mt[groups] = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+    }
+    for (std::int64_t c0 = kb0; c0 < kb1; c0 += kChunk) {
+      const std::int64_t c1 = kb1 - c0 < kChunk ? kb1 : c0 + kChunk;
+      // per block, the 16 outputs' scales (x row's times the weights'), in the groups' lane order
+      alignas(64) float scales[4][kChunk * 16];
+      for (int g = 0; g < groups; ++g) {
+        const int R = 16 / group_mt[g];
+        for (std::int64_t kb = c0; kb < c1; ++kb)
+          for (int i = 0; i < 16; ++i) scales[g][16 * (kb - c0) + i] = xs[(group_m0[g] + i / R) * ldxs + kb] * ws[kb];
       }
-      m0 += mt;
+      // 16 weight rows at a time (in cache for every x-row group after the first)
+      for (int g0 = 0; g0 < rows; g0 += 16) {
+        for (int g = 0; g < groups; ++g) {
+          const int m0 = group_m0[g], mt = group_mt[g], R = 16 / mt;
+          const std::uint32_t* x = xp + m0 * ldx;
+          for (int r0 = g0; r0 < g0 + 16 && r0 < rows; r0 += R) {
+            const int valid = rows - r0 < R ? rows - r0 : R;
+            const std::uint8_t* wr[16];
+            for (int r = 0; r < R; ++r) wr[r] = w + (r0 + (r < valid ? r : 0)) * ldw;  // a stand-in row past the last
+            float* o = out + m0 * ldo + r0;
+            if (mt == 8) e4m3_pair_group<8, 2, kDot>(c0, c1, x, ldx, scales[g], wr, valid, o, ldo);
+            else if (mt == 4) e4m3_pair_group<4, 4, kDot>(c0, c1, x, ldx, scales[g], wr, valid, o, ldo);
+            else if (mt == 2) e4m3_pair_group<2, 8, kDot>(c0, c1, x, ldx, scales[g], wr, valid, o, ldo);
+            else e4m3_pair_group<1, 16, kDot>(c0, c1, x, ldx, scales[g], wr, valid, o, ldo);
+          }
+        }
+      }
     }
   }
 }

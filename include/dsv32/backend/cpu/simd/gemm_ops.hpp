@@ -27,6 +27,7 @@
 /// E4M3 weight codes 0x7F / 0xFF (NaN in E4M3FN; published checkpoints have none) read as +-480.
 #pragma once
 
+#include <bit>
 #include <cstdint>
 
 #include "dsv32/backend/cpu/simd/isa.hpp"
@@ -130,6 +131,14 @@ struct GemmOps {
                          std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
                          std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) = nullptr;
 };
+
+/// \brief Whether every E4M3 weight value times `scale` is a normal f32 exact in bf16, so that
+///        dequantizing with it needs no rounding: a power of two (ue8m0 scales are) from 2^-117
+///        (the least subnormal code, 2^-9, stays normal) to 2^119 (480 times it stays finite).
+inline bool e4m3_scale_exact(float scale) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(scale), exponent = (bits >> 23) & 0xFF;
+  return (bits & 0x7FFFFF) == 0 && exponent >= 10 && exponent <= 246;
+}
 
 /// \brief 2^512: the factor the small-M FP8 kernel's x values carry (see GemmOps::e4m3_rows).
 inline constexpr double kE4m3RowsXScale = 0x1p512;
