@@ -78,12 +78,14 @@ DSV32_TARGET_AVX512 inline __m512 load_row_bf16(const std::uint16_t* p, __mmask1
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 DSV32_TARGET_AVX512 inline __m512 load_row_f32(const float* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
-DSV32_TARGET_AVX512 inline __m512 load_row_e4m3(const std::uint8_t* p, __mmask16 m) {
+/// 16 E4M3 codes (mask m) as f32 values times `times` (one rounding of the exact product; exact for
+/// the default, and wherever 256 times is a finite float, the same as value * times rounded).
+DSV32_TARGET_AVX512 inline __m512 load_row_e4m3(const std::uint8_t* p, __mmask16 m, float times = 1.0f) {
   // E4M3 -> f16 bits (sign, then exponent and mantissa shifted into place: the value times 2^-8,
-  // subnormals included), widened exactly to f32, times 256
+  // subnormals included), widened exactly to f32, times 256 times
   const __m256i s = _mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(m, p));
   const __m256i h = _mm256_and_si256(_mm256_slli_epi16(s, 7), _mm256_set1_epi16(static_cast<short>(0xBF80)));
-  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f));
+  return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f * times));
 }
 
 template <int Kind>  // 0 bf16, 1 f32, 2 e4m3
@@ -337,10 +339,8 @@ DSV32_TARGET_AVX512 inline void dequant_e4m3(const std::uint8_t* w, std::int64_t
   for (std::int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = static_cast<__mmask16>(n - i >= 16 ? 0xFFFF : (1u << (n - i)) - 1u);
     const float s = block_scale[i / 128];
-    if (e4m3_scale_exact(s)) {  // (v / 256) (256 s): one rounding of v s, which is exact in bf16
-      const __m256i h = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm_maskz_loadu_epi8(m, w + i)), 7),
-                                         _mm256_set1_epi16(static_cast<short>(0xBF80)));
-      _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.0f * s)));
+    if (e4m3_scale_exact(s)) {  // value * s in one rounding, which is exact in bf16
+      _mm512_mask_storeu_ps(out + i, m, load_row_e4m3(w + i, m, s));
       continue;
     }
     const __m512 v = _mm512_mul_ps(load_row_e4m3(w + i, m), _mm512_set1_ps(s));
