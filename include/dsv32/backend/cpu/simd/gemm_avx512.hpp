@@ -45,8 +45,8 @@ DSV32_TARGET_AVX512 inline __m256 opaque(__m256 v) {
 }
 
 /// acc + VDPBF16PS(w, the dword at x in every lane): the pair of bf16 values at x taken as an
-/// embedded broadcast memory operand ({1to16}). GCC 12 and Clang 14 emit the intrinsic form with
-/// a separate VPBROADCASTD, which on Zen 4 costs the decode kernels ~15% at eight x rows
+/// embedded broadcast memory operand ({1to16}). GCC 12 emits the intrinsic form with a separate
+/// VPBROADCASTD (Clang 14 folds it), which on Zen 4 costs the decode kernels ~15% at eight x rows
 /// (bf16_pair_rows16<8> over 1024 x 7168 bf16 weights on one thread: 1.00 -> 0.82-0.85 ms). The
 /// products of a pair commute, so which operand carries x does not change the sums.
 DSV32_TARGET_AVX512_BF16 __attribute__((always_inline)) inline __m512 dpbf16_bcast(__m512 acc, __m512i w,
