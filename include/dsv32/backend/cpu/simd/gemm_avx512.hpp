@@ -722,16 +722,19 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_group(std::int64_t kb0, std::int64_
         }
       }
     }
-    // l[i] + l[i + 8], then + 4 lanes, + 2, + 1, 16 accumulators at once
+    // l[i] + l[i + 8], then + 4 lanes, + 2, + 1, 16 accumulators at once. Where a level keeps half
+    // of each pair's operands in place, a blend takes them and one shuffle brings the other half
+    // (b's high lanes plus its low ones: the same sums, commuted).
     __m512 t[8], u[4], v[2];
-    for (int j = 0; j < 8; ++j)
-      t[j] = _mm512_add_ps(_mm512_shuffle_f32x4(acc[2 * j], acc[2 * j + 1], 0x44),
-                           _mm512_shuffle_f32x4(acc[2 * j], acc[2 * j + 1], 0xEE));
+    for (int j = 0; j < 8; ++j)  // (a low, b high) + (a high, b low)
+      t[j] = _mm512_add_ps(_mm512_mask_blend_ps(0xFF00, acc[2 * j], acc[2 * j + 1]),
+                           _mm512_shuffle_f32x4(acc[2 * j], acc[2 * j + 1], 0x4E));
     for (int j = 0; j < 4; ++j)
       u[j] = _mm512_add_ps(_mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0x88),
                            _mm512_shuffle_f32x4(t[2 * j], t[2 * j + 1], 0xDD));
-    for (int j = 0; j < 2; ++j)
-      v[j] = _mm512_add_ps(_mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0x44), _mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0xEE));
+    for (int j = 0; j < 2; ++j)  // per 128-bit lane: (u0 0 1, u1 2 3) + (u0 2 3, u1 0 1)
+      v[j] = _mm512_add_ps(_mm512_mask_blend_ps(0xCCCC, u[2 * j], u[2 * j + 1]),
+                           _mm512_shuffle_ps(u[2 * j], u[2 * j + 1], 0x4E));
     const __m512 dots = _mm512_permutexvar_ps(
         unscramble, _mm512_add_ps(_mm512_shuffle_ps(v[0], v[1], 0x88), _mm512_shuffle_ps(v[0], v[1], 0xDD)));
     cv = _mm512_add_ps(cv, opaque(_mm512_mul_ps(dots, _mm512_load_ps(scales + 16 * (kb - kb0)))));
