@@ -2,7 +2,9 @@
 // 2 layers (1 dense, 1 MoE with 32 routed experts, 8 active), FP8 ue8m0 weights (or the bf16
 // variant; the embedding and the output head are bf16 in both, as in the tensor table) — against the
 // run's own yardsticks (STREAM-triad bandwidth, register-only f32 FMA peak).
-// Medians over repetitions, printed as a table, or as one JSON object with --json.
+// Medians over repetitions, printed as a table, or as one JSON object with --json. Figures that are
+// compared with each other (the contexts, the two FP8 modes, batch B against batch 1) are timed in
+// turn, one call each per round, so that a noisy host's slow minutes weigh on all of them alike.
 //
 //   dsv32-bench [--dtype fp8|bf16] [--threads N] [--reps N] [--json] [--checkpoint DIR] ...  (--help)
 //
@@ -22,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -148,17 +151,21 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-/// Median seconds of `reps` runs of f() after one warm-up run.
-template <class F>
-double median_s(int reps, F&& f) {
-  f();
-  std::vector<double> t;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = Clock::now();
-    f();
-    t.push_back(seconds_since(t0));
-  }
-  return median(t);
+/// Median seconds of each of `fs` over `reps` rounds that run every f once, in turn (after one
+/// warm-up round): the figures that are compared with each other (1K against 4K, exact against
+/// fast, batch 8 against batch 1) then see the same minutes of a noisy host, not different ones.
+std::vector<double> interleaved_medians_s(int reps, const std::vector<std::function<void()>>& fs) {
+  for (const auto& f : fs) f();
+  std::vector<std::vector<double>> t(fs.size());
+  for (int r = 0; r < reps; ++r)
+    for (std::size_t i = 0; i < fs.size(); ++i) {
+      const auto t0 = Clock::now();
+      fs[i]();
+      t[i].push_back(seconds_since(t0));
+    }
+  std::vector<double> m;
+  for (auto& v : t) m.push_back(median(std::move(v)));
+  return m;
 }
 
 std::string loadavg() {
@@ -410,70 +417,104 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
 
   const std::int64_t V = Config::vocab_size;
   const auto prompt = prompt_tokens(o.prefill, V, 1);
-  auto time_prefill = [&] { return median_s(o.prefill_reps, [&] { model->forward(prompt, 1, 0); }); };
+  const bool both_modes = o.fast_mode && ConfigTraits<Config>::fp8;
+  const cpu::Fp8Accumulation default_mode = cpu::fp8_accumulation();
+  // the prefill; the same with the last block's feed-forward on every position (what llama.cpp does
+  // not do); the prefill in the FP8 fast mode: in turn, round by round
+  std::vector<std::function<void()>> prefills = {
+      [&] { model->forward(prompt, 1, 0); }, [&] { model->forward(prompt, 1, 0, {.full_last_block = true}); }};
+  if (both_modes)
+    prefills.push_back([&] {
+      const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
+      model->forward(prompt, 1, 0);
+      cpu::set_fp8_accumulation(previous);
+    });
+  const std::vector<double> prefill_s = interleaved_medians_s(o.prefill_reps, prefills);
   f.prefill_flops = prefill_flops<Config>(*model, o.prefill, false);
-  const double prefill_s = time_prefill();
-  f.prefill_tps = static_cast<double>(o.prefill) / prefill_s;
-  f.prefill_fma_fraction = f.prefill_flops / prefill_s / (fma_peak * 1e9);
-  if (!o.json) std::fprintf(stderr, "  prefill %lld: %.2f tokens/s; load %s\n", static_cast<long long>(o.prefill), f.prefill_tps, loadavg().c_str());
-  // the same with the last block's feed-forward on every position (what llama.cpp does not do)
+  f.prefill_tps = static_cast<double>(o.prefill) / prefill_s[0];
+  f.prefill_fma_fraction = f.prefill_flops / prefill_s[0] / (fma_peak * 1e9);
   f.prefill_full_flops = prefill_flops<Config>(*model, o.prefill, true);
-  const double full_s = median_s(o.prefill_reps, [&] { model->forward(prompt, 1, 0, {.full_last_block = true}); });
-  f.prefill_full_tps = static_cast<double>(o.prefill) / full_s;
-  f.prefill_full_fma_fraction = f.prefill_full_flops / full_s / (fma_peak * 1e9);
+  f.prefill_full_tps = static_cast<double>(o.prefill) / prefill_s[1];
+  f.prefill_full_fma_fraction = f.prefill_full_flops / prefill_s[1] / (fma_peak * 1e9);
+  if (both_modes) {
+    f.prefill_fast_tps = static_cast<double>(o.prefill) / prefill_s[2];
+    f.prefill_fast_fma_fraction = f.prefill_flops / prefill_s[2] / (fma_peak * 1e9);
+  }
+  if (!o.json)
+    std::fprintf(stderr, "  prefill %lld: %.2f tokens/s (fast mode %.2f); load %s\n", static_cast<long long>(o.prefill),
+                 f.prefill_tps, f.prefill_fast_tps, loadavg().c_str());
 
-  // batch-1 decode at each context: the prompt's cache is extended in chunks of 512 tokens
+  // batch-1 decode at each context. The prompt's cache is extended in chunks of 512 tokens up to the
+  // largest context first; a step at position ctx then attends to [0, ctx] only (causal), so the
+  // contexts' steps (and both FP8 modes) can be timed in turn, round by round.
   std::int64_t filled = o.prefill;
   const std::int32_t next = 1;
-  for (std::int64_t ctx : o.contexts) {
-    while (filled < ctx) {
-      const std::int64_t n = std::min<std::int64_t>(512, ctx - filled);
+  {  // (in the FP8 fast mode where there is one: the fill is not timed)
+    const cpu::Fp8Accumulation previous =
+        cpu::set_fp8_accumulation(both_modes ? cpu::Fp8Accumulation::fast : default_mode);
+    while (filled < o.contexts.back()) {
+      const std::int64_t n = std::min<std::int64_t>(512, o.contexts.back() - filled);
       model->forward(prompt_tokens(n, V, filled + 7), 1, filled);
       filled += n;
     }
-    Figures::Decode d;
-    d.context = ctx;
-    d.ms = 1e3 * median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
-    d.bytes = decode_step_bytes<Config>(*model, ctx);
-    d.roofline = d.bytes / (d.ms * 1e-3) / (bandwidth * 1e9);
-    if (o.fast_mode && ConfigTraits<Config>::fp8) {  // the same step in the FP8 fast mode
-      const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
-      d.fast_ms = 1e3 * median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
-      d.fast_roofline = d.bytes / (d.fast_ms * 1e-3) / (bandwidth * 1e9);
+    cpu::set_fp8_accumulation(previous);
+  }
+  auto step_at = [&](std::int64_t ctx, cpu::Fp8Accumulation mode) {
+    return [&model, &next, ctx, mode] {
+      const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(mode);
+      model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx);
       cpu::set_fp8_accumulation(previous);
+    };
+  };
+  std::vector<std::function<void()>> steps;
+  for (std::int64_t ctx : o.contexts) {
+    steps.push_back(step_at(ctx, default_mode));
+    if (both_modes) steps.push_back(step_at(ctx, cpu::Fp8Accumulation::fast));
+  }
+  const std::vector<double> step_s = interleaved_medians_s(o.reps, steps);
+  for (std::size_t c = 0; c < o.contexts.size(); ++c) {
+    Figures::Decode d;
+    d.context = o.contexts[c];
+    const std::size_t k = both_modes ? 2 * c : c;
+    d.ms = 1e3 * step_s[k];
+    d.bytes = decode_step_bytes<Config>(*model, d.context);
+    d.roofline = d.bytes / (d.ms * 1e-3) / (bandwidth * 1e9);
+    if (both_modes) {  // the same step in the FP8 fast mode
+      d.fast_ms = 1e3 * step_s[k + 1];
+      d.fast_roofline = d.bytes / (d.fast_ms * 1e-3) / (bandwidth * 1e9);
     }
     f.decode.push_back(d);
     if (!o.json)
-      std::fprintf(stderr, "  decode @ %lld: %.1f ms (fast mode %.1f ms); load %s\n", static_cast<long long>(ctx), d.ms,
-                   d.fast_ms, loadavg().c_str());
-  }
-
-  if (o.fast_mode && ConfigTraits<Config>::fp8) {
-    const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
-    const double s = time_prefill();
-    f.prefill_fast_tps = static_cast<double>(o.prefill) / s;
-    f.prefill_fast_fma_fraction = f.prefill_flops / s / (fma_peak * 1e9);
-    cpu::set_fp8_accumulation(previous);
+      std::fprintf(stderr, "  decode @ %lld: %.1f ms (fast mode %.1f ms); load %s\n", static_cast<long long>(d.context),
+                   d.ms, d.fast_ms, loadavg().c_str());
   }
 
   if (o.batch > 1) {
     const auto prompts = prompt_tokens(o.batch * o.batch_context, V, 99);
     model->forward(prompts, o.batch, 0);
     std::vector<std::int32_t> step(static_cast<std::size_t>(o.batch), next);
-    const double bs = median_s(o.reps, [&] { model->forward(step, o.batch, o.batch_context); });
-    const double b1 = median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, o.batch_context); });
-    f.batch_step_ms = 1e3 * bs;
-    f.batch_tps = static_cast<double>(o.batch) / bs;
-    f.batch1_tps = 1.0 / b1;
+    auto batch_step = [&](cpu::Fp8Accumulation mode) {
+      return std::function<void()>([&model, &step, &o, mode] {
+        const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(mode);
+        model->forward(step, o.batch, o.batch_context);
+        cpu::set_fp8_accumulation(previous);
+      });
+    };
+    // batch 8 and batch 1 (sequence 0 of the same caches) in turn, then the same in the fast mode
+    std::vector<std::function<void()>> fs = {batch_step(default_mode), step_at(o.batch_context, default_mode)};
+    if (both_modes) {
+      fs.push_back(batch_step(cpu::Fp8Accumulation::fast));
+      fs.push_back(step_at(o.batch_context, cpu::Fp8Accumulation::fast));
+    }
+    const std::vector<double> s = interleaved_medians_s(o.reps, fs);
+    f.batch_step_ms = 1e3 * s[0];
+    f.batch_tps = static_cast<double>(o.batch) / s[0];
+    f.batch1_tps = 1.0 / s[1];
     f.batch_ratio = f.batch_tps / f.batch1_tps;
-    if (o.fast_mode && ConfigTraits<Config>::fp8) {
-      const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
-      const double fs = median_s(o.reps, [&] { model->forward(step, o.batch, o.batch_context); });
-      const double f1 = median_s(o.reps, [&] { model->forward(std::span<const std::int32_t>(&next, 1), 1, o.batch_context); });
-      cpu::set_fp8_accumulation(previous);
-      f.batch_fast_step_ms = 1e3 * fs;
-      f.batch_fast_tps = static_cast<double>(o.batch) / fs;
-      f.batch1_fast_tps = 1.0 / f1;
+    if (both_modes) {
+      f.batch_fast_step_ms = 1e3 * s[2];
+      f.batch_fast_tps = static_cast<double>(o.batch) / s[2];
+      f.batch1_fast_tps = 1.0 / s[3];
       f.batch_fast_ratio = f.batch_fast_tps / f.batch1_fast_tps;
     }
   }
