@@ -137,22 +137,24 @@ std::vector<bf16> reference_fp8_linear(const std::vector<bf16>& x, std::int64_t 
   });
 }
 
-// The fast mode's panel order (more than 8 rows): each block's dot summed in f32 in VDPBF16PS's
+// The fast mode's panel order (more than 4 rows): each block's dot summed in f32 in VDPBF16PS's
 // order: from +0, per pair of columns (2p, 2p + 1) first the odd column's product, then the even one's.
-std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
-                                            ScaleFmt fmt) {
-  return reference_fp8_linear_with(x, m, w, fmt, [](const std::uint8_t* xb, const std::uint8_t* wb) {
-    float dot = 0.0f;
-    for (int i = 0; i < 128; i += 2)
-      for (const int c : {i + 1, i}) {
-        const float p = static_cast<float>(e4m3_value(xb[c]) * e4m3_value(wb[c]));  // exact
-        dot += p;
-      }
-    return dot;
-  });
+float panel_order_block_dot(const std::uint8_t* xb, const std::uint8_t* wb) {
+  float dot = 0.0f;
+  for (int i = 0; i < 128; i += 2)
+    for (const int c : {i + 1, i}) {
+      const float p = static_cast<float>(e4m3_value(xb[c]) * e4m3_value(wb[c]));  // exact
+      dot += p;
+    }
+  return dot;
 }
 
-// The fast mode's row order (products of at most 8 rows), written from its definition in
+std::vector<bf16> reference_fp8_linear_fast(const std::vector<bf16>& x, std::int64_t m, const Fp8Weight& w,
+                                            ScaleFmt fmt) {
+  return reference_fp8_linear_with(x, m, w, fmt, panel_order_block_dot);
+}
+
+// The fast mode's row order (products of at most 4 rows), written from its definition in
 // simd/gemm_ops.hpp: the 64 column pairs of a block dealt to 16 lanes (lane d of the slot group g
 // within half h holds pair 32 h + 8 (d / 4) + d % 4 + 4 (g % 2)), each lane's pairs summed in
 // order (odd column first), the lanes added as a halving tree.
@@ -400,9 +402,10 @@ TEST_CASE("cpu::linear_f32 with BF16 weights, every ISA: subnormal and tiny oper
 }
 
 TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast modes bit-identical to their formulas") {
-  // m <= 8 takes the row-streaming decode kernels (fast mode: the row order), m > 8 the packed kernels
-  // (fast mode: the panel order; x converted in several row chunks: m = 1600; tall row tiles against
-  // 128-row weight tiles when there are enough of those: n = 1100)
+  // m <= 8 takes the row-streaming decode kernels (fast mode: the row order up to 4 rows, the panel
+  // order from 5, streamed where the ISA's table has e4m3_panel_rows, else packed), m > 8 the packed
+  // kernels (fast mode: the panel order; x converted in several row chunks: m = 1600; tall row tiles
+  // against 128-row weight tiles when there are enough of those: n = 1100)
   std::mt19937 gen(23);
   struct Dims {
     std::int64_t m, k, n;
@@ -420,7 +423,8 @@ TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast
     for (ScaleFmt fmt : {ScaleFmt::none, ScaleFmt::ue8m0}) {
       const std::vector<bf16> exact = reference_fp8_linear(x, d.m, w, fmt);
       const std::vector<bf16> fast =
-          d.m > 8 ? reference_fp8_linear_fast(x, d.m, w, fmt) : reference_fp8_linear_fast_rows(x, d.m, w, fmt);
+          d.m > cpu::simd::kFp8RowOrderMaxRows ? reference_fp8_linear_fast(x, d.m, w, fmt)
+                                               : reference_fp8_linear_fast_rows(x, d.m, w, fmt);
       for (cpu::Isa isa : isas_here()) {
         IsaScope scope(isa);
         CAPTURE(cpu::isa_name(isa));
@@ -439,16 +443,18 @@ TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast
   }
 }
 
-TEST_CASE("GemmOps::e4m3_pair_rows, every ISA: its f32 outputs bit-identical to the row order's definition") {
+TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows, every ISA: f32 outputs bit-identical to the row / panel order's definition") {
   // The decode kernels' own f32 outputs (cpu::linear rounds them to bf16, which hides most changes
   // of summation order): codes over the whole range and both signs, so that each block's sum cancels
-  // and its rounding depends on the order; blocks given in two calls (kb0 / kb1), added to what out holds;
-  // the second call longer than the AVX-512 driver's 32-block pass, M up to two of its 15-row passes.
+  // and its rounding depends on the order; blocks given in two calls (kb0 / kb1), added to what out
+  // holds; the second call longer than the AVX-512 row-order driver's 32-block pass, M up to two of
+  // its 15-row passes (e4m3_panel_rows: M <= 8; rows 5 and 37 end in a partial 16-row group).
   std::mt19937 gen(41);
   std::uniform_int_distribution<int> any_code(0, 255);
   std::uniform_real_distribution<float> unit(0.5f, 2.0f);
   constexpr int KB = 35, K = 128 * KB;
-  for (const int M : {1, 2, 3, 4, 5, 7, 8, 16})
+  int panel_kernels = 0;
+  for (const int M : {1, 2, 3, 4, 5, 6, 7, 8, 16})
     for (const int rows : {1, 5, 16, 37}) {
       std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K)), wq(static_cast<std::size_t>(rows * K));
       for (auto& c : xq)
@@ -459,36 +465,55 @@ TEST_CASE("GemmOps::e4m3_pair_rows, every ISA: its f32 outputs bit-identical to 
       for (auto& v : xs) v = unit(gen);
       for (auto& v : ws) v = unit(gen);
       for (auto& v : start) v = unit(gen) - 1.25f;
-      // x as bf16 pairs in slot order: dword s of block kb holds the pair row_order_pair(s)
-      auto bf16_bits = [](double v) { return std::bit_cast<std::uint32_t>(static_cast<float>(v)) >> 16; };
-      std::vector<std::uint32_t> xp(static_cast<std::size_t>(M * K / 2));
+      // x as bf16 pairs, in slot order (dword s of block kb holds the pair row_order_pair(s)) and in column order
+      auto bf16_pair = [](const std::uint8_t* pair) {
+        auto bits = [](double v) { return std::bit_cast<std::uint32_t>(static_cast<float>(v)) >> 16; };
+        return bits(e4m3_value(pair[0])) | bits(e4m3_value(pair[1])) << 16;
+      };
+      std::vector<std::uint32_t> xp(static_cast<std::size_t>(M * K / 2)), xc(xp.size());
       for (int m = 0; m < M; ++m)
         for (int kb = 0; kb < KB; ++kb)
           for (int slot = 0; slot < 64; ++slot) {
-            const std::uint8_t* pair = &xq[m * K + kb * 128 + 2 * cpu::simd::row_order_pair(slot)];
-            xp[m * K / 2 + kb * 64 + slot] = bf16_bits(e4m3_value(pair[0])) | bf16_bits(e4m3_value(pair[1])) << 16;
+            const std::uint8_t* block = &xq[m * K + kb * 128];
+            xp[m * K / 2 + kb * 64 + slot] = bf16_pair(block + 2 * cpu::simd::row_order_pair(slot));
+            xc[m * K / 2 + kb * 64 + slot] = bf16_pair(block + 2 * slot);
           }
-      std::vector<float> expected = start;
+      std::vector<float> expected_rows = start, expected_panel = start;
       for (int m = 0; m < M; ++m)
         for (int r = 0; r < rows; ++r)
           for (int kb = 0; kb < KB; ++kb) {
-            volatile float p = row_order_block_dot(&xq[m * K + kb * 128], &wq[r * K + kb * 128]) * (xs[m * KB + kb] * ws[kb]);
-            expected[m * rows + r] += p;
+            const std::uint8_t *xb = &xq[m * K + kb * 128], *wb = &wq[r * K + kb * 128];
+            const float scale = xs[m * KB + kb] * ws[kb];
+            volatile float p = row_order_block_dot(xb, wb) * scale;
+            expected_rows[m * rows + r] += p;
+            volatile float q = panel_order_block_dot(xb, wb) * scale;
+            expected_panel[m * rows + r] += q;
           }
+      auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
+        int n = 0;
+        for (std::size_t i = 0; i < a.size(); ++i) n += std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]);
+        return n;
+      };
       for (cpu::Isa isa : isas_here()) {
         IsaScope scope(isa);
         CAPTURE(cpu::isa_name(isa));
         CAPTURE(M);
         CAPTURE(rows);
+        const cpu::simd::GemmOps& ops = cpu::gemm_ops();
         std::vector<float> out = start;
         for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
-          cpu::gemm_ops().e4m3_pair_rows(M, rows, kb0, kb1, xp.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(),
-                                         out.data(), rows);
-        int differ = 0;
-        for (std::size_t i = 0; i < out.size(); ++i) differ += std::bit_cast<std::uint32_t>(out[i]) != std::bit_cast<std::uint32_t>(expected[i]);
-        CHECK(differ == 0);
+          ops.e4m3_pair_rows(M, rows, kb0, kb1, xp.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
+        CHECK(differ(out, expected_rows) == 0);
+        if (!ops.e4m3_panel_rows || M > 8) continue;
+        ++panel_kernels;
+        out = start;
+        for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
+          ops.e4m3_panel_rows(M, rows, kb0, kb1, xc.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
+        CHECK(differ(out, expected_panel) == 0);
       }
     }
+  if (cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi()) CHECK(panel_kernels > 0);
+  else MESSAGE("no ISA here has GemmOps::e4m3_panel_rows (AVX-512 VBMI): only the row order's kernels tested");
 }
 
 #if defined(__SSE__)

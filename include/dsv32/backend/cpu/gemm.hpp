@@ -45,8 +45,8 @@ namespace cpu {
 enum class Fp8Accumulation {
   exact,  ///< exactly (as the reference's arithmetic defines it): the default
   fast,   ///< in f32 (rounded partial sums) on bf16 dot products (VDPBF16PS where the CPU has it), in
-          ///< the documented orders of simd/gemm_ops.hpp: the panel order for products of more than
-          ///< 8 rows, the row order for decode-sized ones
+          ///< the documented orders of simd/gemm_ops.hpp: the row order for products of at most 4
+          ///< rows (decode at batch 1 to 4), the panel order for more
 };
 
 namespace detail {
@@ -323,9 +323,13 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
                  const WeightView<>& w, Fp8Accumulation mode, Store&& store) {
   const std::int64_t N = w.out, K = w.in, KB = K / kPanelK, sc = w.scale_cols();
   const auto* wq = static_cast<const std::uint8_t*>(w.data);
-  if (M <= 8) {
+  // the fast mode's panel order from kFp8RowOrderMaxRows + 1 rows on: streamed up to 8 rows where the
+  // table has e4m3_panel_rows, else on the packed panels below (the same bits)
+  const bool panel_order = mode == Fp8Accumulation::fast && M > simd::kFp8RowOrderMaxRows;
+  if (M <= 8 && (!panel_order || ops.e4m3_panel_rows)) {
     // Decode: weight rows streamed once. Exact mode: exact block dots against x * 2^512 in double;
-    // fast mode: f32 block dots in the row order (simd/gemm_ops.hpp), x as bf16 pairs in slot order.
+    // fast mode: f32 block dots in the row order (simd/gemm_ops.hpp), x as bf16 pairs in slot order,
+    // or in the panel order, x as bf16 pairs in column order.
     const bool exact = mode == Fp8Accumulation::exact;
     double* xd = nullptr;
     std::uint32_t* xp = nullptr;
@@ -337,13 +341,15 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
       xp = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(M * K / 2));
       for (std::int64_t i = 0; i < M * KB; ++i)
         for (int s = 0; s < 64; ++s) {
-          const std::uint8_t* pair = xq + i * kPanelK + 2 * simd::row_order_pair(s);
+          const std::uint8_t* pair = xq + i * kPanelK + 2 * (panel_order ? s : simd::row_order_pair(s));
           xp[i * 64 + s] = e4m3_bf16_pair(pair[0], pair[1]);
         }
     }
     std::int64_t rows = 64;  // a power of two, so that a task never straddles two 128-row scale blocks
     while (rows > 8 && (N + rows - 1) / rows < 8 * num_threads()) rows /= 2;
-    const std::int64_t kb_step = std::max<std::int64_t>(1, 256 / M);  // x blocks of one pass stay in L2
+    // x blocks of one pass stay in L2 (the panel-order kernel takes all of x's rows against each
+    // 16-row weight group in one pass: 8 rows of x as pairs, 4 K bytes each, fit in L2 whole)
+    const std::int64_t kb_step = panel_order ? KB : std::max<std::int64_t>(1, 256 / M);
     parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
       const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
       float* out = gemm_scratch<float>(2, static_cast<std::size_t>(M * rows));
@@ -354,6 +360,9 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
         if (exact)
           ops.e4m3_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xd, K, xs, KB, wq + n0 * K, K, ws, out,
                         rows);
+        else if (panel_order)
+          ops.e4m3_panel_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xp, K / 2, xs, KB, wq + n0 * K, K,
+                              ws, out, rows);
         else
           ops.e4m3_pair_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xp, K / 2, xs, KB, wq + n0 * K, K,
                              ws, out, rows);
@@ -362,7 +371,8 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     });
     return;
   }
-  // Prefill: tasks of (mc x rows) x (nc weight rows, whole 128-row scale blocks); per 128 columns
+  // Prefill (and the fast mode's products of 5 to 8 rows on a table without e4m3_panel_rows):
+  // tasks of (mc x rows) x (nc weight rows, whole 128-row scale blocks); per 128 columns
   // the weight panel is packed once (f64 exact values, or bf16 pairs in the fast mode) and every row
   // tile of x runs against it. The fast mode converts x to bf16 pairs once per call (in chunks of
   // about 128 mr rows, which bounds that scratch at ~128 mr x K x 2 bytes), not once per weight tile.

@@ -4,7 +4,8 @@
 ///
 /// Micro-tiles: 6 x rows by 16 weight rows in f32 (12 ymm accumulators), 6 by 8 in f64. The
 /// small-M FP8 kernels stream weight rows once: the exact one widens codes to doubles by shifting
-/// their bits into place, the fast one (e4m3_pair_rows, the row order) to f32 the same way.
+/// their bits into place, the fast one (e4m3_pair_rows, the row order) to f32 the same way, and so
+/// does its panel-order sibling from 5 x rows on (e4m3_panel_rows: lanes over 8 weight rows).
 #pragma once
 
 #include "dsv32/backend/cpu/simd/isa.hpp"
@@ -486,6 +487,93 @@ DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, 
   }
 }
 
+/// e4m3_panel_rows (the panel order, gemm_ops.hpp) for MT x rows against 8 weight rows, lanes
+/// running over the weight rows: per 8 columns, 8 bytes of each row are transposed by three levels
+/// of unpacks (8, 16, 32 bits) into columns of 8 codes, each sign-extended to dwords and made f32 as
+/// in e4m3_pair_group; per column pair the odd column's products, then the even one's, are added
+/// (FMAs of exact products) into one accumulator per x row, the x values broadcast from xo / xe
+/// (x row m's odd and even columns of the chunk as f32, ldxf apart). Per block each accumulator is
+/// scaled and added to out. Arguments start at the first block; out's rows masked to `valid`.
+template <int MT>
+DSV32_TARGET_AVX2 void e4m3_panel8(std::int64_t blocks, const float* xo, const float* xe, std::int64_t ldxf,
+                                   const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                   const float* ws, int valid, float* out, std::int64_t ldo) {
+  const __m256i code_bits = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
+  const __m256 unbias = _mm256_set1_ps(0x1p120f);
+  const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  auto widen = [&](__m128i codes) {  // the low 8 bytes: 8 codes as their exact f32 values
+    const __m256i d = _mm256_cvtepi8_epi32(codes);
+    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d, 20), code_bits)), unbias);
+  };
+  for (std::int64_t kb = 0; kb < blocks; ++kb) {
+    __m256 acc[MT];
+    for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
+    for (int c0 = 0; c0 < 128; c0 += 8) {
+      const std::uint8_t* p = w + kb * 128 + c0;
+      __m128i r[8];
+      for (int j = 0; j < 8; ++j) r[j] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j * ldw));
+      const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+      const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+      const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+      const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+      // col[q]: columns c0 + 2q (low 8 bytes) and c0 + 2q + 1 (high 8 bytes), byte j from row j
+      const __m128i col[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2), _mm_unpacklo_epi32(b1, b3),
+                              _mm_unpackhi_epi32(b1, b3)};
+      for (int q = 0; q < 4; ++q) {
+        const __m256 even = widen(col[q]), odd = widen(_mm_unpackhi_epi64(col[q], col[q]));
+        const std::int64_t at = kb * 64 + c0 / 2 + q;
+        for (int m = 0; m < MT; ++m) {
+          acc[m] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(xo + m * ldxf + at), acc[m]);
+          acc[m] = _mm256_fmadd_ps(even, _mm256_broadcast_ss(xe + m * ldxf + at), acc[m]);
+        }
+      }
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m256 scaled = opaque(_mm256_mul_ps(acc[m], _mm256_set1_ps(xs[m * ldxs + kb] * ws[kb])));
+      _mm256_maskstore_ps(out + m * ldo, lanes, _mm256_add_ps(_mm256_maskload_ps(out + m * ldo, lanes), scaled));
+    }
+  }
+}
+
+/// GemmOps::e4m3_panel_rows: x converted to f32 (odd and even columns apart) 8 blocks at a time,
+/// then 8 weight rows at a time against all M x rows at once (one kernel per M), a last partial
+/// group copied per block into a zero-padded 8 x 128 tile.
+DSV32_TARGET_AVX2 inline void e4m3_panel_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
+                                              const std::uint32_t* xp, std::int64_t ldx, const float* xs,
+                                              std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                              const float* ws, float* out, std::int64_t ldo) {
+  using Kernel = void (*)(std::int64_t, const float*, const float*, std::int64_t, const float*, std::int64_t,
+                          const std::uint8_t*, std::int64_t, const float*, int, float*, std::int64_t);
+  static constexpr Kernel kernels[8] = {e4m3_panel8<1>, e4m3_panel8<2>, e4m3_panel8<3>, e4m3_panel8<4>,
+                                        e4m3_panel8<5>, e4m3_panel8<6>, e4m3_panel8<7>, e4m3_panel8<8>};
+  const Kernel kernel = kernels[M - 1];
+  constexpr std::int64_t kChunk = 8, ldxf = 64 * kChunk;
+  alignas(32) float xo[8 * ldxf], xe[8 * ldxf];
+  const __m256i hi_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (std::int64_t c0 = kb0; c0 < kb1; c0 += kChunk) {
+    const std::int64_t blocks = kb1 - c0 < kChunk ? kb1 - c0 : kChunk;
+    for (int m = 0; m < M; ++m)
+      for (std::int64_t i = 0; i < 64 * blocks; i += 8) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + m * ldx + 64 * c0 + i));
+        _mm256_store_ps(xo + m * ldxf + i, _mm256_castsi256_ps(_mm256_and_si256(v, hi_half)));
+        _mm256_store_ps(xe + m * ldxf + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+      }
+    for (int g0 = 0; g0 < rows; g0 += 8) {
+      const int valid = rows - g0 < 8 ? rows - g0 : 8;
+      const std::uint8_t* wg = w + g0 * ldw + c0 * 128;
+      if (valid == 8) {
+        kernel(blocks, xo, xe, ldxf, xs + c0, ldxs, wg, ldw, ws + c0, valid, out + g0, ldo);
+        continue;
+      }
+      alignas(32) std::uint8_t tile[8 * 128] = {};
+      for (std::int64_t b = 0; b < blocks; ++b) {
+        for (int r = 0; r < valid; ++r) std::memcpy(tile + 128 * r, wg + r * ldw + 128 * b, 128);
+        kernel(1, xo + 64 * b, xe + 64 * b, ldxf, xs + c0 + b, ldxs, tile, 128, ws + c0 + b, valid, out + g0, ldo);
+      }
+    }
+  }
+}
+
 }  // namespace dsv32::cpu::simd::avx2
 
 namespace dsv32::cpu::simd {
@@ -515,6 +603,7 @@ inline const GemmOps& avx2_ops() {
     o.quantize_e4m3 = portable::quantize_e4m3;
     o.dequant_e4m3 = avx2::dequant_e4m3;
     o.e4m3_pair_rows = avx2::e4m3_pair_rows;
+    o.e4m3_panel_rows = avx2::e4m3_panel_rows;
     o.e4m3_rows = avx2::e4m3_rows;
     o.fp8_pair_dots = avx2::fp8_pair_dots;
     return o;

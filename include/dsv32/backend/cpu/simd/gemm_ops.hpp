@@ -17,13 +17,19 @@
 ///   for each pair of columns (2p, 2p + 1) in increasing p, first the product of column 2p + 1 then
 ///   that of column 2p added, each addition rounded to f32 (every product of two E4M3 values is exact
 ///   in f32); then `c += f32(dot) * (x_scale * w_scale)` with each operation rounded separately,
-///   blocks in increasing k. That is the *panel order* of the products with more than 8 rows of x.
-///   Products with at most 8 rows (decode) use the *row order* instead, which streams each weight
-///   row once with its vector lanes running along k: a block's 64 column pairs are dealt to 16
-///   lanes (slot s = 0..63 of the block holds pair row_order_pair(s), lane s % 16); each lane sums
-///   its 4 slots in increasing s, each pair as VDPBF16PS does (odd column, then even), from +0; the
-///   16 lane sums l[0..15] are then added as h8[i] = l[i] + l[i + 8], h4[i] = h8[i] + h8[i + 4],
-///   h2[i] = h4[i] + h4[i + 2], dot = h2[0] + h2[1]; the epilogue is the panel order's.
+///   blocks in increasing k. That is the *panel order*, used by the products with more than
+///   kFp8RowOrderMaxRows (4) rows of x: packed panels from 9 rows on, and from 5 to 8 rows
+///   e4m3_panel_rows, which streams the weight rows with its vector lanes running over them, where
+///   the table has it (else the packed panels, with the same bits).
+///   Products with at most 4 rows (decode at batch 1 to 4) use the *row order* instead, which
+///   streams each weight row once with its vector lanes running along k: a block's 64 column pairs
+///   are dealt to 16 lanes (slot s = 0..63 of the block holds pair row_order_pair(s), lane s % 16);
+///   each lane sums its 4 slots in increasing s, each pair as VDPBF16PS does (odd column, then
+///   even), from +0; the 16 lane sums l[0..15] are then added as h8[i] = l[i] + l[i + 8],
+///   h4[i] = h8[i] + h8[i + 4], h2[i] = h4[i] + h4[i + 2], dot = h2[0] + h2[1]; the epilogue is the
+///   panel order's. (At one row, lanes along k read each weight row as one stream; from 5 rows on,
+///   the row order's per-block reduction of 16 accumulators costs more than the panel order's
+///   transposes.)
 /// E4M3 weight codes 0x7F / 0xFF (NaN in E4M3FN; published checkpoints have none) read as +-480.
 #pragma once
 
@@ -130,6 +136,16 @@ struct GemmOps {
   void (*e4m3_pair_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
                          std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
                          std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) = nullptr;
+
+  /// The small-M fast FP8 product in the panel order (optional: null where the table has none), weight
+  /// rows streamed once: for m < M (<= 8), r < rows and blocks kb in [kb0, kb1): out[m][r] +=
+  /// f32(dot_kb(x[m], w[r])) * (xs[m][kb] * ws[kb]), each block's dot summed from +0 over the column
+  /// pairs in increasing order. x is given as bf16 pairs in column order (xp[m][p]: bf16 of column
+  /// 2p in the low half, of column 2p + 1 in the high half), rows ldx dwords apart; the rest as
+  /// e4m3_rows.
+  void (*e4m3_panel_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
+                          std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
+                          std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) = nullptr;
 };
 
 /// \brief Whether every E4M3 weight value times `scale` is a normal f32 exact in bf16, so that
@@ -139,6 +155,9 @@ inline bool e4m3_scale_exact(float scale) noexcept {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(scale), exponent = (bits >> 23) & 0xFF;
   return (bits & 0x7FFFFF) == 0 && exponent >= 10 && exponent <= 246;
 }
+
+/// \brief The most rows of x whose fast FP8 product takes the row order (more: the panel order).
+inline constexpr int kFp8RowOrderMaxRows = 4;
 
 /// \brief 2^512: the factor the small-M FP8 kernel's x values carry (see GemmOps::e4m3_rows).
 inline constexpr double kE4m3RowsXScale = 0x1p512;
