@@ -487,6 +487,15 @@ DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, 
   }
 }
 
+/// The low 8 bytes of `codes` as the exact f32 values of E4M3 codes (0x7F / 0xFF as +-480): each
+/// code sign-extended, shifted to bits 20..27 and masked with code_bits (its sign at bit 31), times
+/// unbias (2^120).
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline __m256 widen_codes8(__m128i codes, __m256i code_bits,
+                                                                           __m256 unbias) {
+  const __m256i d = _mm256_cvtepi8_epi32(codes);
+  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d, 20), code_bits)), unbias);
+}
+
 /// e4m3_panel_rows (the panel order, gemm_ops.hpp) for MT x rows against 8 weight rows, lanes
 /// running over the weight rows: per 8 columns, 8 bytes of each row are transposed by three levels
 /// of unpacks (8, 16, 32 bits) into columns of 8 codes, each sign-extended to dwords and made f32 as
@@ -501,10 +510,6 @@ DSV32_TARGET_AVX2 void e4m3_panel8(std::int64_t blocks, const float* xo, const f
   const __m256i code_bits = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
   const __m256 unbias = _mm256_set1_ps(0x1p120f);
   const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  auto widen = [&](__m128i codes) {  // the low 8 bytes: 8 codes as their exact f32 values
-    const __m256i d = _mm256_cvtepi8_epi32(codes);
-    return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d, 20), code_bits)), unbias);
-  };
   for (std::int64_t kb = 0; kb < blocks; ++kb) {
     __m256 acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
@@ -520,7 +525,8 @@ DSV32_TARGET_AVX2 void e4m3_panel8(std::int64_t blocks, const float* xo, const f
       const __m128i col[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2), _mm_unpacklo_epi32(b1, b3),
                               _mm_unpackhi_epi32(b1, b3)};
       for (int q = 0; q < 4; ++q) {
-        const __m256 even = widen(col[q]), odd = widen(_mm_unpackhi_epi64(col[q], col[q]));
+        const __m256 even = widen_codes8(col[q], code_bits, unbias);
+        const __m256 odd = widen_codes8(_mm_unpackhi_epi64(col[q], col[q]), code_bits, unbias);
         const std::int64_t at = kb * 64 + c0 / 2 + q;
         for (int m = 0; m < MT; ++m) {
           acc[m] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(xo + m * ldxf + at), acc[m]);

@@ -24,8 +24,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "dsv32/backend/cpu/simd/gemm_avx2.hpp"
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
-#include "dsv32/backend/cpu/simd/gemm_portable.hpp"
 
 // GCC 12 reports the "undefined" pass-through operand of its own AVX-512 intrinsics as
 // uninitialized once they are inlined here (GCC bug 105593); the operand is never read.
@@ -921,8 +921,10 @@ inline const GemmOps& avx512_ops() {
     o.e4m3_rows = avx512::e4m3_rows;
     o.fp8_pair_dots = avx512::fp8_pair_dots_fma;
     o.bf16_rows = avx512::bf16_rows;
-    o.e4m3_pair_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_pair_rows<false> : portable::e4m3_pair_rows;
-    if (cpu_has_avx512_vbmi()) o.e4m3_panel_rows = avx512::e4m3_panel_rows<false>;
+    // the fast FP8 small-M kernels look codes up with VBMI; without it (Skylake-SP, Cascade Lake)
+    // the AVX2 table's, the same bits
+    o.e4m3_pair_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_pair_rows<false> : avx2::e4m3_pair_rows;
+    o.e4m3_panel_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_panel_rows<false> : avx2::e4m3_panel_rows;
     return o;
   }();
   return ops;
