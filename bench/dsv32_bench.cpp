@@ -492,7 +492,9 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
   if (o.batch > 1) {
     const auto prompts = prompt_tokens(o.batch * o.batch_context, V, 99);
     model->forward(prompts, o.batch, 0);
-    std::vector<std::int32_t> step(static_cast<std::size_t>(o.batch), next);
+    // one token per sequence, all different (one token repeated would route every sequence to the
+    // same experts and spare the step the bytes of the others)
+    const std::vector<std::int32_t> step = prompt_tokens(o.batch, V, 4242);
     auto batch_step = [&](cpu::Fp8Accumulation mode) {
       return std::function<void()>([&model, &step, &o, mode] {
         const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(mode);

@@ -348,7 +348,7 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     std::int64_t rows = 64;  // a power of two, so that a task never straddles two 128-row scale blocks
     while (rows > 8 && (N + rows - 1) / rows < 8 * num_threads()) rows /= 2;
     // x blocks of one pass stay in L2 (the panel-order kernel takes all of x's rows against each
-    // 16-row weight group in one pass: 8 rows of x as pairs, 4 K bytes each, fit in L2 whole)
+    // weight group in one pass: 8 rows of x as pairs, 2 K bytes each, fit in L2 whole)
     const std::int64_t kb_step = panel_order ? KB : std::max<std::int64_t>(1, 256 / M);
     parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
       const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
