@@ -168,6 +168,15 @@ std::vector<double> interleaved_medians_s(int reps, const std::vector<std::funct
   return m;
 }
 
+/// f() run in the FP8 accumulation mode `mode`, the process's mode restored after.
+std::function<void()> in_mode(cpu::Fp8Accumulation mode, std::function<void()> f) {
+  return [mode, f = std::move(f)] {
+    const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(mode);
+    f();
+    cpu::set_fp8_accumulation(previous);
+  };
+}
+
 std::string loadavg() {
   std::ifstream f("/proc/loadavg");
   std::string a, b, c;
@@ -423,12 +432,7 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
   // not do); the prefill in the FP8 fast mode: in turn, round by round
   std::vector<std::function<void()>> prefills = {
       [&] { model->forward(prompt, 1, 0); }, [&] { model->forward(prompt, 1, 0, {.full_last_block = true}); }};
-  if (both_modes)
-    prefills.push_back([&] {
-      const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
-      model->forward(prompt, 1, 0);
-      cpu::set_fp8_accumulation(previous);
-    });
+  if (both_modes) prefills.push_back(in_mode(cpu::Fp8Accumulation::fast, [&] { model->forward(prompt, 1, 0); }));
   const std::vector<double> prefill_s = interleaved_medians_s(o.prefill_reps, prefills);
   f.prefill_flops = prefill_flops<Config>(*model, o.prefill, false);
   f.prefill_tps = static_cast<double>(o.prefill) / prefill_s[0];
@@ -449,22 +453,15 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
   // contexts' steps (and both FP8 modes) can be timed in turn, round by round.
   std::int64_t filled = o.prefill;
   const std::int32_t next = 1;
-  {  // (in the FP8 fast mode where there is one: the fill is not timed)
-    const cpu::Fp8Accumulation previous =
-        cpu::set_fp8_accumulation(both_modes ? cpu::Fp8Accumulation::fast : default_mode);
+  in_mode(both_modes ? cpu::Fp8Accumulation::fast : default_mode, [&] {  // (the fill is not timed)
     while (filled < o.contexts.back()) {
       const std::int64_t n = std::min<std::int64_t>(512, o.contexts.back() - filled);
       model->forward(prompt_tokens(n, V, filled + 7), 1, filled);
       filled += n;
     }
-    cpu::set_fp8_accumulation(previous);
-  }
+  })();
   auto step_at = [&](std::int64_t ctx, cpu::Fp8Accumulation mode) {
-    return [&model, &next, ctx, mode] {
-      const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(mode);
-      model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx);
-      cpu::set_fp8_accumulation(previous);
-    };
+    return in_mode(mode, [&model, &next, ctx] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
   };
   std::vector<std::function<void()>> steps;
   for (std::int64_t ctx : o.contexts) {
@@ -496,11 +493,7 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
     // same experts and spare the step the bytes of the others)
     const std::vector<std::int32_t> step = prompt_tokens(o.batch, V, 4242);
     auto batch_step = [&](cpu::Fp8Accumulation mode) {
-      return std::function<void()>([&model, &step, &o, mode] {
-        const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(mode);
-        model->forward(step, o.batch, o.batch_context);
-        cpu::set_fp8_accumulation(previous);
-      });
+      return in_mode(mode, [&model, &step, &o] { model->forward(step, o.batch, o.batch_context); });
     };
     // batch 8 and batch 1 (sequence 0 of the same caches) in turn, then the same in the fast mode
     std::vector<std::function<void()>> fs = {batch_step(default_mode), step_at(o.batch_context, default_mode)};
