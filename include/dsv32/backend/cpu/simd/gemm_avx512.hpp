@@ -562,17 +562,20 @@ DSV32_TARGET_AVX512 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const d
   constexpr int A = MT * R, V = A > 8 ? 2 : 1;
   // Each weight code becomes the double whose top 16 bits are sign << 15 | (code & 0x7F) << 1 and
   // whose other bits are 0: the code's value times 2^-1016 (E4M3 subnormals land on double
-  // subnormals with the same factor). The words of 64 codes are made at once: two unpacks interleave
-  // the bytes c + c and c & 0x80 inside each 128-bit lane L, so word 8L + i of `lo` is code 16L + i's
-  // and of `hi` code 16L + 8 + i's; then one VPERMW per 8 codes moves them to the top of the 8 lanes
-  // and zeroes the rest (on Zen 4 this halves the vector operations per code against widening each
-  // code by VPMOVSXBQ, shift and mask; the exact mode's decode was bound by them).
+  // subnormals with the same factor). With 1 or 2 x rows the kernel is bound by the conversion, so
+  // the words of 64 codes are made at once: two unpacks interleave the bytes c + c and c & 0x80
+  // inside each 128-bit lane L, so word 8L + i of `lo` is code 16L + i's and of `hi` code
+  // 16L + 8 + i's; then one VPERMW per 8 codes moves them to the top of the 8 lanes and zeroes the
+  // rest (on Zen 4 about half the vector operations per code of the sign extension, shift and mask
+  // per 8 codes that 4 and 8 x rows keep: those are bound by their FMAs, and their registers are
+  // taken by accumulators and x).
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i step = _mm512_set1_epi64(8ll << 48);
   __m512i idx[4];
   idx[0] = _mm512_set_epi64(7ll << 48, 6ll << 48, 5ll << 48, 4ll << 48, 3ll << 48, 2ll << 48, 1ll << 48, 0);
   for (int i = 1; i < 4; ++i) idx[i] = _mm512_add_epi64(idx[i - 1], step);
   constexpr __mmask32 top = 0x88888888u;
+  const __m512i mask = _mm512_set1_epi64(static_cast<long long>(0x80FE000000000000ull));
   alignas(32) float c[8 * V];
   for (int i = 0; i < 8 * V; ++i) c[i] = i < A && i % R < valid_rows ? out[(i / R) * ldo + i % R] : 0.0f;
   __m256 cv[V];
@@ -581,21 +584,38 @@ DSV32_TARGET_AVX512 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const d
     const double* xb = xd + kb * 128;
     __m512d acc[8 * V];
     for (int i = 0; i < 8 * V; ++i) acc[i] = _mm512_setzero_pd();
-    for (int half = 0; half < 128; half += 64) {
-      __m512i lo[R], hi[R];
-      for (int r = 0; r < R; ++r) {
-        const __m512i codes = _mm512_loadu_si512(wr[r] + kb * 128 + half);
-        const __m512i t = _mm512_add_epi8(codes, codes), sg = _mm512_and_si512(codes, sign);
-        lo[r] = _mm512_unpacklo_epi8(t, sg);
-        hi[r] = _mm512_unpackhi_epi8(t, sg);
+    if constexpr (MT <= 2) {
+      for (int half = 0; half < 128; half += 64) {
+        __m512i lo[R], hi[R];
+        for (int r = 0; r < R; ++r) {
+          const __m512i codes = _mm512_loadu_si512(wr[r] + kb * 128 + half);
+          const __m512i t = _mm512_add_epi8(codes, codes), sg = _mm512_and_si512(codes, sign);
+          lo[r] = _mm512_unpacklo_epi8(t, sg);
+          hi[r] = _mm512_unpackhi_epi8(t, sg);
+        }
+#if !defined(__CUDACC__)  // unrolled at -O2 too: idx[j / 2] and the lo / hi choice stay in registers
+#pragma GCC unroll 8
+#endif
+        for (int j = 0; j < 8; ++j) {
+          const int k = half + 8 * j;
+          __m512d xv[MT];
+          for (int m = 0; m < MT; ++m) xv[m] = _mm512_loadu_pd(xb + m * ldx + k);
+          for (int r = 0; r < R; ++r) {
+            const __m512i words = j % 2 ? hi[r] : lo[r];
+            const __m512d wv = _mm512_castsi512_pd(_mm512_maskz_permutexvar_epi16(top, idx[j / 2], words));
+            for (int m = 0; m < MT; ++m) acc[m * R + r] = _mm512_fmadd_pd(wv, xv[m], acc[m * R + r]);
+          }
+        }
       }
-      for (int j = 0; j < 8; ++j) {
-        const int k = half + 8 * j;
+    } else {
+      for (int k = 0; k < 128; k += 8) {
         __m512d xv[MT];
         for (int m = 0; m < MT; ++m) xv[m] = _mm512_loadu_pd(xb + m * ldx + k);
         for (int r = 0; r < R; ++r) {
-          const __m512i words = j % 2 ? hi[r] : lo[r];
-          const __m512d wv = _mm512_castsi512_pd(_mm512_maskz_permutexvar_epi16(top, idx[j / 2], words));
+          // 8 codes -> sign to bit 63, exponent and mantissa to bits 55..49
+          const __m128i codes = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wr[r] + kb * 128 + k));
+          const __m512d wv =
+              _mm512_castsi512_pd(_mm512_and_si512(_mm512_slli_epi64(_mm512_cvtepi8_epi64(codes), 49), mask));
           for (int m = 0; m < MT; ++m) acc[m * R + r] = _mm512_fmadd_pd(wv, xv[m], acc[m * R + r]);
         }
       }
