@@ -181,6 +181,12 @@ T* gemm_scratch(int slot, std::size_t n) {
   return thread_scratch<T, GemmScratchTag>(slot, n);
 }
 
+/// Asks the cache for the `bytes` bytes from p (one hint per 64-byte line): for reads the hardware
+/// prefetcher cannot foresee (rows far apart, scattered positions).
+inline void prefetch_bytes(const void* p, std::int64_t bytes) {
+  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
+}
+
 /// Rows per task so that [0, n) gives about want_tasks tasks: a multiple of align, at most max_rows.
 inline std::int64_t chunk_rows(std::int64_t n, std::int64_t want_tasks, std::int64_t align, std::int64_t max_rows) {
   std::int64_t rows = (n + want_tasks - 1) / want_tasks;
@@ -426,8 +432,7 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
             if (!last || kb + 1 < KB) {
               const std::uint8_t* next = last ? xq + m0 * K + k0 + kPanelK : xq + (m0 + i + mr) * K + k0;
               const std::int64_t n_next = std::min<std::int64_t>(mr, last ? rows : rows - i - mr);
-              for (std::int64_t r = 0; r < n_next; ++r)
-                for (int line = 0; line < kPanelK; line += 64) __builtin_prefetch(next + r * K + line);
+              for (std::int64_t r = 0; r < n_next; ++r) prefetch_bytes(next + r * K, kPanelK);
             }
             for (std::int64_t p = 0; p < cols; p += nr) {
               ops.micro_f64(h, kPanelK, ap, kPanelK, bp + p * kPanelK, dot, nr);
