@@ -9,7 +9,9 @@
 ///   rows of the same matrix; FP8 rows are turned into doubles eight codes at a time by bit shifts
 ///   (exact mode), or into bf16 pairs 64 codes at a time by byte lookups for VDPBF16PS (fast mode);
 /// - many rows (prefill): a weight panel is packed (widened, transposed) once per 128 columns and
-///   reused by every row tile of the activations, BLIS-style, every thread on its own panels.
+///   reused by every row tile of the activations, BLIS-style, every thread on its own panels; the
+///   fast FP8 mode packs f32 values for FMAs, or bf16 pairs for VDPBF16PS where that instruction
+///   outruns the FMAs (simd::cpu_prefers_fma_dots()).
 ///
 /// Arithmetic (identical on every ISA path, see simd/gemm_ops.hpp): bf16/f32 weights sum each
 /// output in f32 in increasing k; FP8 block dots are exact by default (Fp8Accumulation::exact) and
@@ -379,10 +381,13 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   }
   // Prefill (and the fast mode's products of 5 to 8 rows on a table without e4m3_panel_rows):
   // tasks of (mc x rows) x (nc weight rows, whole 128-row scale blocks); per 128 columns
-  // the weight panel is packed once (f64 exact values, or bf16 pairs in the fast mode) and every row
-  // tile of x runs against it. The fast mode converts x to bf16 pairs once per call (in chunks of
-  // about 128 mr rows, which bounds that scratch at ~128 mr x K x 2 bytes), not once per weight tile.
+  // the weight panel is packed once (f64 exact values; in the fast mode f32 values, or bf16 pairs
+  // where the table has VDPBF16PS dots) and every row tile of x runs against it. For the pair dots
+  // x becomes bf16 pairs once per call (in chunks of about 128 mr rows, which bounds that scratch
+  // at ~128 mr x K x 2 bytes), not once per weight tile; otherwise each row tile is widened just
+  // before it runs (mr x 128 values, in L1).
   const bool exact = mode == Fp8Accumulation::exact;
+  const bool pairs = !exact && ops.fp8_pair_dots;
   const int nr = exact ? ops.nr64 : ops.nr, mr = exact ? ops.mr64 : ops.mr;
   const std::int64_t blocks = (N + kBlockSize - 1) / kBlockSize;
   // fast mode: row tiles of up to 48 mr rows against 128 weight rows when the weight tiles alone
@@ -390,12 +395,12 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   const bool tall = !exact && blocks >= 4 * num_threads();
   const std::int64_t nc = kBlockSize * (!tall && blocks >= 8 * num_threads() ? 2 : 1), tn = (N + nc - 1) / nc;
   const std::int64_t mc = std::min<std::int64_t>(M, (tall ? 48 : 16) * mr);
-  const std::int64_t chunk = exact ? M : std::min(M, mc * std::max<std::int64_t>(1, 128 * mr / mc));
+  const std::int64_t chunk = !pairs ? M : std::min(M, mc * std::max<std::int64_t>(1, 128 * mr / mc));
   for (std::int64_t c0 = 0; c0 < M; c0 += chunk) {
     const std::int64_t cm = std::min(chunk, M - c0), tm = (cm + mc - 1) / mc;
     constexpr std::int64_t kPairs = kPanelK / 2;
     std::uint32_t* xp = nullptr;  // [cm][K / 2] x rows c0.. as pairs (even column low), exact in bf16
-    if (!exact) {
+    if (pairs) {
       xp = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(cm * K / 2));
       parallel_for(cm, K, [&](std::int64_t i) {
         const std::uint8_t* codes = xq + (c0 + i) * K;
@@ -414,6 +419,23 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
         for (std::int64_t j = 0; j * kBlockSize < cols; ++j)  // scale[j][i]: row i against weight block j
           for (std::int64_t i = 0; i < rows; ++i)
             scale[j * mc + i] = xs[(m0 + i) * KB + kb] * w.scale[(n0 / kBlockSize + j) * sc + kb];
+        // One row tile of x widened at a time (mr x 128 values, in L1) and run against every panel;
+        // meanwhile the next tile's codes are fetched: x's rows are K bytes apart, out of the
+        // hardware prefetcher's reach, and their first reads stalled the widening (~7% of the
+        // exact prefill) until they were prefetched.
+        auto by_row_tiles = [&](auto widen, auto* ap, auto&& run) {
+          for (std::int64_t i = 0; i < rows; i += mr) {
+            const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
+            for (int r = 0; r < h; ++r) widen(xq + (m0 + i + r) * K + k0, kPanelK, ap + r * kPanelK);
+            const bool last = i + mr >= rows;
+            if (!last || kb + 1 < KB) {
+              const std::uint8_t* next = last ? xq + m0 * K + k0 + kPanelK : xq + (m0 + i + mr) * K + k0;
+              const std::int64_t n_next = std::min<std::int64_t>(mr, last ? rows : rows - i - mr);
+              for (std::int64_t r = 0; r < n_next; ++r) prefetch_bytes(next + r * K, kPanelK);
+            }
+            run(h, i);
+          }
+        };
         if (exact) {
           double* bp = gemm_scratch<double>(1, static_cast<std::size_t>(kPanelK * nc));
           double* ap = gemm_scratch<double>(2, static_cast<std::size_t>(kPanelK * mr));
@@ -421,25 +443,28 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
             ops.pack_e4m3_f64(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)),
                               kPanelK, bp + p * kPanelK);
           alignas(64) double dot[16 * 16];
-          // One row tile of x widened at a time (mr x 128 doubles, in L1) and run against every panel;
-          // meanwhile the next tile's codes are fetched: x's rows are K bytes apart, out of the
-          // hardware prefetcher's reach, and their first reads stalled the widening (~7% of the
-          // exact prefill) until they were prefetched.
-          for (std::int64_t i = 0; i < rows; i += mr) {
-            const int h = static_cast<int>(std::min<std::int64_t>(mr, rows - i));
-            for (int r = 0; r < h; ++r) ops.widen_e4m3_f64(xq + (m0 + i + r) * K + k0, kPanelK, ap + r * kPanelK);
-            const bool last = i + mr >= rows;
-            if (!last || kb + 1 < KB) {
-              const std::uint8_t* next = last ? xq + m0 * K + k0 + kPanelK : xq + (m0 + i + mr) * K + k0;
-              const std::int64_t n_next = std::min<std::int64_t>(mr, last ? rows : rows - i - mr);
-              for (std::int64_t r = 0; r < n_next; ++r) prefetch_bytes(next + r * K, kPanelK);
-            }
+          by_row_tiles(ops.widen_e4m3_f64, ap, [&](int h, std::int64_t i) {
             for (std::int64_t p = 0; p < cols; p += nr) {
               ops.micro_f64(h, kPanelK, ap, kPanelK, bp + p * kPanelK, dot, nr);
               ops.epilogue_f64(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
                                scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
             }
-          }
+          });
+        } else if (!pairs) {
+          // the fast mode on f32 values (FMAs): the weight panel [128][nr] per nr rows
+          float* bp = gemm_scratch<float>(6, static_cast<std::size_t>(kPanelK * nc));
+          float* ap = gemm_scratch<float>(7, static_cast<std::size_t>(kPanelK * mr));
+          for (std::int64_t p = 0; p < cols; p += nr)
+            ops.pack_e4m3(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), kPanelK,
+                          bp + p * kPanelK);
+          alignas(64) float dot[16 * 32];
+          by_row_tiles(ops.widen_e4m3, ap, [&](int h, std::int64_t i) {
+            for (std::int64_t p = 0; p < cols; p += nr) {
+              ops.fp8_value_dots(h, ap, kPanelK, bp + p * kPanelK, dot, nr);
+              ops.epilogue_f32(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
+                               scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
+            }
+          });
         } else {
           // values as bf16 pairs (exact): the weight panel [64][nr] per nr rows against x's pairs
           std::uint32_t* bp = gemm_scratch<std::uint32_t>(0, static_cast<std::size_t>(kPairs * nc));

@@ -128,8 +128,9 @@ DSV32_TARGET_AVX2 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t 
   }
 }
 
-/// c[i][0..16) (+)= sum_k a[i * lda + k] b[k][0..16) for i < MR.
-template <int MR, bool kRounded>
+/// c[i][0..16) (+)= sum_k a[i * lda + k] b[k][0..16) for i < MR, in increasing k or, kPairSwap, in
+/// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first).
+template <int MR, bool kRounded, bool kPairSwap = false>
 DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                bool accumulate) {
   __m256 c0[MR], c1[MR];
@@ -137,7 +138,8 @@ DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const f
     c0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
     c1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
-  for (int k = 0; k < kc; ++k) {
+  for (int kk = 0; kk < kc; ++kk) {
+    const int k = kPairSwap ? kk ^ 1 : kk;
     const __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
     for (int i = 0; i < MR; ++i) {
       const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
@@ -156,14 +158,15 @@ DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const f
   }
 }
 
-template <bool kRounded>
+template <bool kRounded, bool kPairSwap = false>
 DSV32_TARGET_AVX2 void micro16_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                    bool accumulate) {
   int i = 0;
-  for (; i + 6 <= mr; i += 6) micro16<6, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-  if (mr - i >= 4) micro16<4, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
-  if (mr - i >= 2) micro16<2, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
-  if (mr - i >= 1) micro16<1, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  for (; i + 6 <= mr; i += 6)
+    micro16<6, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  if (mr - i >= 4) micro16<4, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
+  if (mr - i >= 2) micro16<2, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
+  if (mr - i >= 1) micro16<1, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
 DSV32_TARGET_AVX2 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
@@ -175,42 +178,13 @@ DSV32_TARGET_AVX2 inline void micro_rounded_products(int mr, int kc, const float
   micro16_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
 
+/// GemmOps::fp8_value_dots: the panel order on FMAs, 6 x 16 tiles.
+DSV32_TARGET_AVX2 inline void fp8_value_dots(int mr, const float* a, std::int64_t lda, const float* b, float* dot,
+                                             std::int64_t ldd) {
+  micro16_any<false, true>(mr, 128, a, lda, b, 16, dot, ldd, false);
+}
+
 /// c[i][0..8) = sum_k a[i * lda + k] b[k][0..8) in double, i < MR.
-/// fp8_pair_dots for MR rows x 16 weight rows: each pair as two FMAs, the odd column first.
-template <int MR>
-DSV32_TARGET_AVX2 void pair_dots16(const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, float* dot,
-                                   std::int64_t ldd) {
-  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  __m256 d0[MR], d1[MR];
-  for (int i = 0; i < MR; ++i) d0[i] = d1[i] = _mm256_setzero_ps();
-  for (int p = 0; p < 64; ++p) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * 16));
-    const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + p * 16 + 8));
-    const __m256 bo0 = _mm256_castsi256_ps(_mm256_and_si256(b0, hi)), be0 = _mm256_castsi256_ps(_mm256_slli_epi32(b0, 16));
-    const __m256 bo1 = _mm256_castsi256_ps(_mm256_and_si256(b1, hi)), be1 = _mm256_castsi256_ps(_mm256_slli_epi32(b1, 16));
-    for (int i = 0; i < MR; ++i) {
-      const __m256i ap = _mm256_set1_epi32(static_cast<int>(a[i * lda + p]));
-      const __m256 ao = _mm256_castsi256_ps(_mm256_and_si256(ap, hi)), ae = _mm256_castsi256_ps(_mm256_slli_epi32(ap, 16));
-      d0[i] = _mm256_fmadd_ps(ao, bo0, d0[i]);
-      d1[i] = _mm256_fmadd_ps(ao, bo1, d1[i]);
-      d0[i] = _mm256_fmadd_ps(ae, be0, d0[i]);
-      d1[i] = _mm256_fmadd_ps(ae, be1, d1[i]);
-    }
-  }
-  for (int i = 0; i < MR; ++i) {
-    _mm256_storeu_ps(dot + i * ldd, d0[i]);
-    _mm256_storeu_ps(dot + i * ldd + 8, d1[i]);
-  }
-}
-
-DSV32_TARGET_AVX2 inline void fp8_pair_dots(int mr, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
-                                            float* dot, std::int64_t ldd) {
-  int i = 0;
-  for (; i + 4 <= mr; i += 4) pair_dots16<4>(a + i * lda, lda, b, dot + i * ldd, ldd);
-  if (mr - i >= 2) pair_dots16<2>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 2;
-  if (mr - i >= 1) pair_dots16<1>(a + i * lda, lda, b, dot + i * ldd, ldd);
-}
-
 template <int MR>
 DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
   __m256d c0[MR], c1[MR];
@@ -611,7 +585,7 @@ inline const GemmOps& avx2_ops() {
     o.e4m3_pair_rows = avx2::e4m3_pair_rows;
     o.e4m3_panel_rows = avx2::e4m3_panel_rows;
     o.e4m3_rows = avx2::e4m3_rows;
-    o.fp8_pair_dots = avx2::fp8_pair_dots;
+    o.fp8_value_dots = avx2::fp8_value_dots;
     return o;
   }();
   return ops;

@@ -153,8 +153,9 @@ DSV32_TARGET_AVX512 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_
   }
 }
 
-/// c[i][0..32) (+)= sum_k a[i * lda + k] b[k][0..32) for i < MR.
-template <int MR, bool kRounded>
+/// c[i][0..32) (+)= sum_k a[i * lda + k] b[k][0..32) for i < MR, in increasing k or, kPairSwap, in
+/// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first).
+template <int MR, bool kRounded, bool kPairSwap = false>
 DSV32_TARGET_AVX512 void micro32(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                  bool accumulate) {
   __m512 c0[MR], c1[MR];
@@ -162,7 +163,8 @@ DSV32_TARGET_AVX512 void micro32(int kc, const float* a, std::int64_t lda, const
     c0[i] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
     c1[i] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
   }
-  for (int k = 0; k < kc; ++k) {
+  for (int kk = 0; kk < kc; ++kk) {
+    const int k = kPairSwap ? kk ^ 1 : kk;
     const __m512 b0 = _mm512_loadu_ps(b + k * ldb), b1 = _mm512_loadu_ps(b + k * ldb + 16);
     for (int i = 0; i < MR; ++i) {
       const __m512 ai = _mm512_set1_ps(a[i * lda + k]);
@@ -181,15 +183,16 @@ DSV32_TARGET_AVX512 void micro32(int kc, const float* a, std::int64_t lda, const
   }
 }
 
-template <bool kRounded>
+template <bool kRounded, bool kPairSwap = false>
 DSV32_TARGET_AVX512 void micro32_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                      bool accumulate) {
   int i = 0;
-  for (; i + 12 <= mr; i += 12) micro32<12, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-  if (mr - i >= 8) micro32<8, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 8;
-  if (mr - i >= 4) micro32<4, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
-  if (mr - i >= 2) micro32<2, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
-  if (mr - i >= 1) micro32<1, kRounded>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  for (; i + 12 <= mr; i += 12)
+    micro32<12, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  if (mr - i >= 8) micro32<8, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 8;
+  if (mr - i >= 4) micro32<4, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
+  if (mr - i >= 2) micro32<2, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
+  if (mr - i >= 1) micro32<1, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
 DSV32_TARGET_AVX512 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
@@ -201,33 +204,24 @@ DSV32_TARGET_AVX512 inline void micro_rounded_products(int mr, int kc, const flo
   micro32_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-/// fp8_pair_dots for MR rows x 32 weight rows: VDPBF16PS (kDot) or, on CPUs without AVX512_BF16,
-/// the same two additions per pair as FMAs, the odd column first.
-template <int MR, bool kDot>
+/// GemmOps::fp8_value_dots: the panel order on FMAs, 12 x 32 tiles.
+DSV32_TARGET_AVX512 inline void fp8_value_dots(int mr, const float* a, std::int64_t lda, const float* b, float* dot,
+                                               std::int64_t ldd) {
+  micro32_any<false, true>(mr, 128, a, lda, b, 32, dot, ldd, false);
+}
+
+/// fp8_pair_dots for MR rows x 32 weight rows on VDPBF16PS.
+template <int MR>
 DSV32_TARGET_AVX512_BF16 void pair_dots32(const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, float* dot,
                                           std::int64_t ldd) {
   __m512 d0[MR], d1[MR];
   for (int i = 0; i < MR; ++i) d0[i] = d1[i] = _mm512_setzero_ps();
   for (int p = 0; p < 64; ++p) {
     const __m512i b0 = _mm512_loadu_si512(b + p * 32), b1 = _mm512_loadu_si512(b + p * 32 + 16);
-    if constexpr (kDot) {
-      for (int i = 0; i < MR; ++i) {  // not dpbf16_bcast: here GCC then keeps d0 / d1 in memory
-        const __m512i ap = _mm512_set1_epi32(static_cast<int>(a[i * lda + p]));
-        d0[i] = _mm512_dpbf16_ps(d0[i], (__m512bh)ap, (__m512bh)b0);
-        d1[i] = _mm512_dpbf16_ps(d1[i], (__m512bh)ap, (__m512bh)b1);
-      }
-    } else {
-      const __m512i hi = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-      const __m512 bo0 = _mm512_castsi512_ps(_mm512_and_si512(b0, hi)), be0 = _mm512_castsi512_ps(_mm512_slli_epi32(b0, 16));
-      const __m512 bo1 = _mm512_castsi512_ps(_mm512_and_si512(b1, hi)), be1 = _mm512_castsi512_ps(_mm512_slli_epi32(b1, 16));
-      for (int i = 0; i < MR; ++i) {
-        const __m512i ap = _mm512_set1_epi32(static_cast<int>(a[i * lda + p]));
-        const __m512 ao = _mm512_castsi512_ps(_mm512_and_si512(ap, hi)), ae = _mm512_castsi512_ps(_mm512_slli_epi32(ap, 16));
-        d0[i] = _mm512_fmadd_ps(ao, bo0, d0[i]);
-        d1[i] = _mm512_fmadd_ps(ao, bo1, d1[i]);
-        d0[i] = _mm512_fmadd_ps(ae, be0, d0[i]);
-        d1[i] = _mm512_fmadd_ps(ae, be1, d1[i]);
-      }
+    for (int i = 0; i < MR; ++i) {  // not dpbf16_bcast: here GCC then keeps d0 / d1 in memory
+      const __m512i ap = _mm512_set1_epi32(static_cast<int>(a[i * lda + p]));
+      d0[i] = _mm512_dpbf16_ps(d0[i], (__m512bh)ap, (__m512bh)b0);
+      d1[i] = _mm512_dpbf16_ps(d1[i], (__m512bh)ap, (__m512bh)b1);
     }
   }
   for (int i = 0; i < MR; ++i) {
@@ -236,24 +230,14 @@ DSV32_TARGET_AVX512_BF16 void pair_dots32(const std::uint32_t* a, std::int64_t l
   }
 }
 
-template <bool kDot>
-DSV32_TARGET_AVX512_BF16 void pair_dots32_any(int mr, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b,
-                                              float* dot, std::int64_t ldd) {
-  int i = 0;
-  for (; i + 12 <= mr; i += 12) pair_dots32<12, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd);
-  if (mr - i >= 8) pair_dots32<8, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 8;
-  if (mr - i >= 4) pair_dots32<4, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 4;
-  if (mr - i >= 2) pair_dots32<2, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 2;
-  if (mr - i >= 1) pair_dots32<1, kDot>(a + i * lda, lda, b, dot + i * ldd, ldd);
-}
-
-DSV32_TARGET_AVX512 inline void fp8_pair_dots_fma(int mr, const std::uint32_t* a, std::int64_t lda,
-                                                  const std::uint32_t* b, float* dot, std::int64_t ldd) {
-  pair_dots32_any<false>(mr, a, lda, b, dot, ldd);
-}
 DSV32_TARGET_AVX512_BF16 inline void fp8_pair_dots_bf16(int mr, const std::uint32_t* a, std::int64_t lda,
                                                         const std::uint32_t* b, float* dot, std::int64_t ldd) {
-  pair_dots32_any<true>(mr, a, lda, b, dot, ldd);
+  int i = 0;
+  for (; i + 12 <= mr; i += 12) pair_dots32<12>(a + i * lda, lda, b, dot + i * ldd, ldd);
+  if (mr - i >= 8) pair_dots32<8>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 8;
+  if (mr - i >= 4) pair_dots32<4>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 4;
+  if (mr - i >= 2) pair_dots32<2>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 2;
+  if (mr - i >= 1) pair_dots32<1>(a + i * lda, lda, b, dot + i * ldd, ldd);
 }
 
 /// c[i][0..16) = sum_k a[i * lda + k] b[k][0..16) in double, i < MR.
@@ -959,7 +943,7 @@ inline const GemmOps& avx512_ops() {
     o.quantize_e4m3 = avx512::quantize_e4m3;
     o.dequant_e4m3 = avx512::dequant_e4m3;
     o.e4m3_rows = avx512::e4m3_rows;
-    o.fp8_pair_dots = avx512::fp8_pair_dots_fma;
+    o.fp8_value_dots = avx512::fp8_value_dots;
     o.bf16_rows = avx512::bf16_rows;
     // the fast FP8 small-M kernels look codes up with VBMI; without it (Skylake-SP, Cascade Lake)
     // the AVX2 table's, the same bits
@@ -970,17 +954,20 @@ inline const GemmOps& avx512_ops() {
   return ops;
 }
 
-/// \brief The AVX-512 table with VDPBF16PS for the fast FP8 block dots (only call where
-///        detected_isa() is Isa::avx512_bf16). Every other entry is the AVX-512 one.
+/// \brief The AVX-512 table with VDPBF16PS (only call where detected_isa() is Isa::avx512_bf16):
+///        for the fast FP8 row-order kernel (1-4 rows, bound by the code lookups and memory), and
+///        for the compute-bound products — fast FP8 prefill panels and 5-8 row panels, bf16 weights
+///        at 2-8 rows — unless the CPU's FMAs outrun the instruction (cpu_prefers_fma_dots()).
+///        Every other entry is the AVX-512 one; the results are the same bits either way.
 inline const GemmOps& avx512_bf16_ops() {
   static const GemmOps ops = [] {
     GemmOps o = avx512_ops();
     o.isa = Isa::avx512_bf16;
-    o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
-    o.bf16_pair_rows = avx512::bf16_pair_rows;
-    if (cpu_has_avx512_vbmi()) {
-      o.e4m3_pair_rows = avx512::e4m3_pair_rows<true>;
-      o.e4m3_panel_rows = avx512::e4m3_panel_rows<true>;
+    if (cpu_has_avx512_vbmi()) o.e4m3_pair_rows = avx512::e4m3_pair_rows<true>;
+    if (!cpu_prefers_fma_dots()) {
+      o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
+      o.bf16_pair_rows = avx512::bf16_pair_rows;
+      if (cpu_has_avx512_vbmi()) o.e4m3_panel_rows = avx512::e4m3_panel_rows<true>;
     }
     return o;
   }();

@@ -93,11 +93,18 @@ struct GemmOps {
   void (*epilogue_f32)(int mr, int n, const float* dot, std::int64_t ldd, const float* scale, float* c,
                        std::int64_t ldc) = nullptr;
 
-  /// The fast FP8 block dots (see the file comment for their order): dot[i][j] for i < mr, j < nr,
-  /// over one 128-column block. a and b hold the E4M3 values as pairs of bf16 (dword p of a row:
-  /// bf16(v[2p]) in the low half, bf16(v[2p + 1]) in the high half; exact): a's rows have 64 pairs,
-  /// lda dwords apart; b is a packed panel [64][nr]. VDPBF16PS where the CPU has AVX512_BF16, the
-  /// same additions on FMAs (an exact product fused with its addition rounds as the addition) elsewhere.
+  /// The fast FP8 block dots in the panel order (file comment): dot[i][j] for i < mr, j < nr over
+  /// one 128-column block, from +0, for each column pair p in increasing order column 2p + 1's
+  /// product, then column 2p's. a and b hold the exact f32 values of the E4M3 codes: a's rows
+  /// (widen_e4m3) lda apart, b a packed panel [128][nr] (pack_e4m3). FMAs (an exact product fused
+  /// with its addition rounds as the addition) or plain C++; every table has it.
+  void (*fp8_value_dots)(int mr, const float* a, std::int64_t lda, const float* b, float* dot,
+                         std::int64_t ldd) = nullptr;
+  /// The same dots on VDPBF16PS (optional: null where the CPU has no AVX512_BF16, or where its
+  /// FMAs outrun that instruction: cpu_prefers_fma_dots()), preferred to fp8_value_dots when set.
+  /// a and b hold the values as pairs of bf16 (dword p of a row: bf16(v[2p]) in the low half,
+  /// bf16(v[2p + 1]) in the high half; exact): a's rows have 64 pairs, lda dwords apart; b is a
+  /// packed panel [64][nr].
   void (*fp8_pair_dots)(int mr, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, float* dot,
                         std::int64_t ldd) = nullptr;
 

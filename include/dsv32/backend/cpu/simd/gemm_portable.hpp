@@ -105,19 +105,13 @@ DSV32_NO_FP_CONTRACT inline void micro_rounded_products(int mr, int kc, const fl
     for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
 }
 
-inline void fp8_pair_dots(int mr, const std::uint32_t* a, std::int64_t lda, const std::uint32_t* b, float* dot,
-                          std::int64_t ldd) {
+inline void fp8_value_dots(int mr, const float* a, std::int64_t lda, const float* b, float* dot, std::int64_t ldd) {
   constexpr int nr = 16;
-  auto odd = [](std::uint32_t d) { return std::bit_cast<float>(d & 0xFFFF0000u); };
-  auto even = [](std::uint32_t d) { return std::bit_cast<float>(d << 16); };
   for (int i = 0; i < mr; ++i) {
     float acc[nr] = {};
-    for (int p = 0; p < 64; ++p) {
-      const std::uint32_t ap = a[i * lda + p];
-      for (int j = 0; j < nr; ++j) {
-        acc[j] += odd(ap) * odd(b[p * nr + j]);  // exact products: fusing is harmless
-        acc[j] += even(ap) * even(b[p * nr + j]);
-      }
+    for (int kk = 0; kk < 128; ++kk) {
+      const int k = kk ^ 1;  // each column pair's odd column first
+      for (int j = 0; j < nr; ++j) acc[j] += a[i * lda + k] * b[k * nr + j];  // exact products: fusing is harmless
     }
     for (int j = 0; j < nr; ++j) dot[i * ldd + j] = acc[j];
   }
@@ -256,7 +250,7 @@ inline const GemmOps& portable_ops() {
     o.quantize_e4m3 = portable::quantize_e4m3;
     o.dequant_e4m3 = portable::dequant_e4m3;
     o.e4m3_rows = portable::e4m3_rows;
-    o.fp8_pair_dots = portable::fp8_pair_dots;
+    o.fp8_value_dots = portable::fp8_value_dots;
     o.e4m3_pair_rows = portable::e4m3_pair_rows;
     return o;
   }();

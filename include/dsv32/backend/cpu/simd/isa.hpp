@@ -97,6 +97,30 @@ inline bool cpu_has_avx512_vbmi() noexcept {
 #endif
 }
 
+/// \brief Whether this CPU's f32 FMAs do the fast FP8 mode's (and the bf16 products') additions
+///        faster than VDPBF16PS does: Intel's (Cooper Lake, Sapphire Rapids, Granite Rapids) issue the
+///        512-bit instruction at a quarter of their FMA rate (measured on a Granite Rapids host: 1.7
+///        against 6.7 G instructions/s per core, each VDPBF16PS doing 32 multiply-adds to an FMA's
+///        16), AMD's Zen 4 at the FMA rate (twice the multiply-adds). Then the kernels that are
+///        bound by those additions run them as FMAs (the same bits). DSV32_CPU_DOTS=fma or bf16 in
+///        the environment overrides the vendor rule (A/B measurements).
+inline bool cpu_prefers_fma_dots() noexcept {
+#if defined(DSV32_CPU_X86)
+  static const bool fma = [] {
+    const char* env = std::getenv("DSV32_CPU_DOTS");
+    const std::string_view v = env ? env : "";
+    if (v == "fma") return true;
+    if (v == "bf16") return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+    return ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu;  // "GenuineIntel"
+  }();
+  return fma;
+#else
+  return false;
+#endif
+}
+
 namespace detail {
 inline std::atomic<int>& isa_override() {
   static std::atomic<int> value = [] {
