@@ -393,7 +393,7 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   // fast mode: row tiles of up to 48 mr rows against 128 weight rows when the weight tiles alone
   // give the threads enough tasks (each weight panel is converted once per row tile)
   const bool tall = !exact && blocks >= 4 * num_threads();
-  const std::int64_t nc = kBlockSize * (!tall && blocks >= 8 * num_threads() ? 2 : 1), tn = (N + nc - 1) / nc;
+  const std::int64_t nc = kBlockSize * ((!tall || !pairs) && blocks >= 8 * num_threads() ? 2 : 1), tn = (N + nc - 1) / nc;
   const std::int64_t mc = std::min<std::int64_t>(M, (tall ? 48 : 16) * mr);
   const std::int64_t chunk = !pairs ? M : std::min(M, mc * std::max<std::int64_t>(1, 128 * mr / mc));
   for (std::int64_t c0 = 0; c0 < M; c0 += chunk) {
