@@ -390,8 +390,10 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   const bool pairs = !exact && ops.fp8_pair_dots;
   const int nr = exact ? ops.nr64 : ops.nr, mr = exact ? ops.mr64 : ops.mr;
   const std::int64_t blocks = (N + kBlockSize - 1) / kBlockSize;
-  // fast mode: row tiles of up to 48 mr rows against 128 weight rows when the weight tiles alone
-  // give the threads enough tasks (each weight panel is converted once per row tile)
+  // fast mode: row tiles of up to 48 mr rows when the weight tiles alone give the threads enough
+  // tasks (each weight panel is converted once per row tile), against 128 weight rows for the pair
+  // dots (their x pairs are made once per call), 256 on f32 values when there are enough (x is
+  // widened per task and 128 columns)
   const bool tall = !exact && blocks >= 4 * num_threads();
   const std::int64_t nc = kBlockSize * ((!tall || !pairs) && blocks >= 8 * num_threads() ? 2 : 1), tn = (N + nc - 1) / nc;
   const std::int64_t mc = std::min<std::int64_t>(M, (tall ? 48 : 16) * mr);
