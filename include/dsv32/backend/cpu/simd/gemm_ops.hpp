@@ -115,9 +115,10 @@ struct GemmOps {
   void (*bf16_rows)(int M, int n, std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
                     std::int64_t ldw, float* out, std::int64_t ldo) = nullptr;
 
-  /// bf16_rows on VDPBF16PS (optional: null where the CPU has no AVX512_BF16), the same sums bit for
-  /// bit: x also given as bf16 pairs with their halves swapped (xp[m][p]: bf16 of column 2p + 1 in the
-  /// low half, of column 2p in the high half; ldxp dwords apart; zero past K). The instruction treats
+  /// bf16_rows on VDPBF16PS (optional: null where the CPU has no AVX512_BF16 or its FMAs outrun the
+  /// instruction, cpu_prefers_fma_dots()), the same sums bit for bit: x also given as bf16 pairs
+  /// with their halves swapped (xp[m][p]: bf16 of column 2p + 1 in the low half, of column 2p in the
+  /// high half; ldxp dwords apart; zero past K). The instruction treats
   /// subnormal inputs and results as zero; none occurs when every nonzero product of bf16 values is
   /// a multiple of 2^-126 (then so is every partial sum), that is when e(w) + e(x) >= -112 for the
   /// unbiased exponents of every nonzero weight and x value, with no subnormal x. The caller
