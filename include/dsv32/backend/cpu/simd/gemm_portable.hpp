@@ -61,24 +61,34 @@ inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t ldw, int n, int kc
     for (int j = 0; j < nr; ++j) out[k * nr + j] = j < n ? kE4m3Weight[w[j * ldw + k]] : 0.0;
 }
 
-inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
-                                 float* c, std::int64_t ldc, bool accumulate) {
+/// micro_exact_products' loops: k in increasing order or, kPairSwap, in the FP8 panel order
+/// (k = 1, 0, 3, 2, ...: each column pair's odd column first).
+template <bool kPairSwap = false>
+void micro_exact_sums(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                      std::int64_t ldc, bool accumulate) {
   constexpr int nr = 16;
   if (mr > 4) {
     for (int i = 0; i < mr; i += 4)
-      micro_exact_products(mr - i < 4 ? mr - i : 4, kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+      micro_exact_sums<kPairSwap>(mr - i < 4 ? mr - i : 4, kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
     return;
   }
   float acc[4][nr];
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) acc[i][j] = accumulate ? c[i * ldc + j] : 0.0f;
-  for (int k = 0; k < kc; ++k)
+  for (int kk = 0; kk < kc; ++kk) {
+    const int k = kPairSwap ? kk ^ 1 : kk;
     for (int i = 0; i < mr; ++i) {
       const float ai = a[i * lda + k];
       for (int j = 0; j < nr; ++j) acc[i][j] += ai * b[k * ldb + j];  // exact product: fusing is harmless
     }
+  }
   for (int i = 0; i < mr; ++i)
     for (int j = 0; j < nr; ++j) c[i * ldc + j] = acc[i][j];
+}
+
+inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                 float* c, std::int64_t ldc, bool accumulate) {
+  micro_exact_sums(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
 
 DSV32_NO_FP_CONTRACT inline void micro_rounded_products(int mr, int kc, const float* a, std::int64_t lda,
@@ -106,15 +116,7 @@ DSV32_NO_FP_CONTRACT inline void micro_rounded_products(int mr, int kc, const fl
 }
 
 inline void fp8_value_dots(int mr, const float* a, std::int64_t lda, const float* b, float* dot, std::int64_t ldd) {
-  constexpr int nr = 16;
-  for (int i = 0; i < mr; ++i) {
-    float acc[nr] = {};
-    for (int kk = 0; kk < 128; ++kk) {
-      const int k = kk ^ 1;  // each column pair's odd column first
-      for (int j = 0; j < nr; ++j) acc[j] += a[i * lda + k] * b[k * nr + j];  // exact products: fusing is harmless
-    }
-    for (int j = 0; j < nr; ++j) dot[i * ldd + j] = acc[j];
-  }
+  micro_exact_sums<true>(mr, 128, a, lda, b, 16, dot, ldd, false);
 }
 
 inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
