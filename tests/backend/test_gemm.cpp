@@ -443,7 +443,7 @@ TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast
   }
 }
 
-TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows, every ISA: f32 outputs bit-identical to the row / panel order's definition") {
+TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows(_f32), every ISA: f32 outputs bit-identical to the row / panel order's definition") {
   // The decode kernels' own f32 outputs (cpu::linear rounds them to bf16, which hides most changes
   // of summation order): codes over the whole range and both signs, so that each block's sum cancels
   // and its rounding depends on the order; blocks given in two calls (kb0 / kb1), added to what out
@@ -471,6 +471,9 @@ TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows, every ISA: f32 outputs bit
         return bits(e4m3_value(pair[0])) | bits(e4m3_value(pair[1])) << 16;
       };
       std::vector<std::uint32_t> xp(static_cast<std::size_t>(M * K / 2)), xc(xp.size());
+      std::vector<float> xf(static_cast<std::size_t>(M * K));  // f32, the M rows of a column side by side
+      for (int m = 0; m < M; ++m)
+        for (int k = 0; k < K; ++k) xf[k * M + m] = static_cast<float>(e4m3_value(xq[m * K + k]));
       for (int m = 0; m < M; ++m)
         for (int kb = 0; kb < KB; ++kb)
           for (int slot = 0; slot < 64; ++slot) {
@@ -504,12 +507,23 @@ TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows, every ISA: f32 outputs bit
         for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
           ops.e4m3_pair_rows(M, rows, kb0, kb1, xp.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
         CHECK(differ(out, expected_rows) == 0);
-        if (!ops.e4m3_panel_rows || M > 8) continue;
-        ++panel_kernels;
-        out = start;
-        for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
-          ops.e4m3_panel_rows(M, rows, kb0, kb1, xc.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
-        CHECK(differ(out, expected_panel) == 0);
+        if (M > 8) continue;
+        if (ops.e4m3_panel_rows) {
+          ++panel_kernels;
+          out = start;
+          for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
+            ops.e4m3_panel_rows(M, rows, kb0, kb1, xc.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(),
+                                rows);
+          CHECK(differ(out, expected_panel) == 0);
+        }
+        if (ops.e4m3_panel_rows_f32) {
+          ++panel_kernels;
+          out = start;
+          for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
+            ops.e4m3_panel_rows_f32(M, rows, kb0, kb1, xf.data(), xs.data(), KB, wq.data(), K, ws.data(), out.data(),
+                                    rows);
+          CHECK(differ(out, expected_panel) == 0);
+        }
       }
     }
   if (cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi()) CHECK(panel_kernels > 0);

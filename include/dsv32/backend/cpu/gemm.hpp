@@ -332,19 +332,25 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   const std::int64_t N = w.out, K = w.in, KB = K / kPanelK, sc = w.scale_cols();
   const auto* wq = static_cast<const std::uint8_t*>(w.data);
   // the fast mode's panel order from kFp8RowOrderMaxRows + 1 rows on: streamed up to 8 rows where the
-  // table has e4m3_panel_rows, else on the packed panels below (the same bits)
+  // table has e4m3_panel_rows or e4m3_panel_rows_f32, else on the packed panels below (the same bits)
   const bool panel_order = mode == Fp8Accumulation::fast && M > simd::kFp8RowOrderMaxRows;
-  if (M <= 8 && (!panel_order || ops.e4m3_panel_rows)) {
+  const bool panel_f32 = panel_order && !ops.e4m3_panel_rows && ops.e4m3_panel_rows_f32;
+  if (M <= 8 && (!panel_order || ops.e4m3_panel_rows || panel_f32)) {
     // Decode: weight rows streamed once. Exact mode: exact block dots against x * 2^512 in double;
     // fast mode: f32 block dots in the row order (simd/gemm_ops.hpp), x as bf16 pairs in slot order,
-    // or in the panel order, x as bf16 pairs in column order.
+    // or in the panel order, x as bf16 pairs in column order or as f32 values, rows side by side.
     const bool exact = mode == Fp8Accumulation::exact;
     double* xd = nullptr;
     std::uint32_t* xp = nullptr;
+    float* xf = nullptr;
     if (exact) {
       xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
       ops.widen_e4m3_f64(xq, M * K, xd);
       for (std::int64_t i = 0; i < M * K; ++i) xd[i] *= simd::kE4m3RowsXScale;
+    } else if (panel_f32) {
+      xf = gemm_scratch<float>(0, static_cast<std::size_t>(M * K));
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t k = 0; k < K; ++k) xf[k * M + m] = kE4m3Decode[xq[m * K + k]];
     } else {
       xp = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(M * K / 2));
       for (std::int64_t i = 0; i < M * KB; ++i)
@@ -368,6 +374,9 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
         if (exact)
           ops.e4m3_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xd, K, xs, KB, wq + n0 * K, K, ws, out,
                         rows);
+        else if (panel_f32)
+          ops.e4m3_panel_rows_f32(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xf, xs, KB, wq + n0 * K, K, ws,
+                                  out, rows);
         else if (panel_order)
           ops.e4m3_panel_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xp, K / 2, xs, KB, wq + n0 * K, K,
                               ws, out, rows);

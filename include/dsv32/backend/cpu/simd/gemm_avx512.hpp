@@ -11,7 +11,8 @@
 /// their bf16 values (VPERMI2B over 128-entry tables), unpacks them into column pairs and feeds
 /// VDPBF16PS with lanes running along k, one accumulator per (x row, weight row). From 5 x rows on
 /// (e4m3_panel_rows, the panel order) the same lookups run on 16 weight rows transposed into column
-/// pairs, lanes running over the weight rows: no reduction across lanes.
+/// pairs, lanes running over the weight rows: no reduction across lanes; on FMAs (e4m3_panel_rows_f32)
+/// x comes as f32 values, its rows side by side, broadcast from memory.
 #pragma once
 
 #include "dsv32/backend/cpu/simd/isa.hpp"
@@ -816,61 +817,75 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_rows(int M, int rows, std::int64_t 
   }
 }
 
-/// e4m3_panel_rows (the panel order, gemm_ops.hpp) for MT x rows against 16 weight rows, lanes
-/// running over the weight rows: per 16 columns, 16-byte pieces of the 16 rows are gathered by
-/// 128-bit broadcast loads (lane L of vector q from row 4L + q), transposed inside the 128-bit lanes
-/// into column pairs (two 16-bit and two 32-bit unpack levels), looked up as bf16 bytes as in
-/// e4m3_pair_group, and the byte unpack leaves vectors whose dword lane j is row j's column pair:
-/// each is multiplied into MT accumulators (one per x row, the x pair broadcast from memory) in
-/// increasing pair order — VDPBF16PS (kDot) or the same two FMAs per pair. No reduction across
-/// lanes: per block each accumulator is scaled and added to out. Arguments start at the first
-/// block (xp, xs, w, ws); `blocks` blocks; out's rows masked to the `valid` weight rows.
-template <int MT, bool kDot>
+/// Columns 16 h .. 16 h + 15 of 16 weight rows (p: row 0's column 16 h, rows ldw apart) as code
+/// pairs: 16-byte pieces of the rows gathered by 128-bit broadcast loads (lane L of vector q from
+/// row 4L + q) and transposed inside the 128-bit lanes (two 16-bit and two 32-bit unpack levels);
+/// per 128-bit lane, c[j] holds pairs 2j and 2j + 1 of the 8, each as the 4 rows' code pairs in row
+/// order.
+DSV32_TARGET_AVX512_VBMI __attribute__((always_inline)) inline void panel_codes16(const std::uint8_t* p,
+                                                                                std::int64_t ldw, __m512i c[4]) {
+  __m512i v[4];
+  for (int q = 0; q < 4; ++q) {
+    const std::uint8_t* r = p + q * ldw;
+    __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
+    t = _mm512_mask_broadcast_i32x4(t, 0x00F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 4 * ldw)));
+    t = _mm512_mask_broadcast_i32x4(t, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 8 * ldw)));
+    v[q] = _mm512_mask_broadcast_i32x4(t, 0xF000, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 12 * ldw)));
+  }
+  const __m512i a0 = _mm512_unpacklo_epi16(v[0], v[1]), a1 = _mm512_unpackhi_epi16(v[0], v[1]);
+  const __m512i b0 = _mm512_unpacklo_epi16(v[2], v[3]), b1 = _mm512_unpackhi_epi16(v[2], v[3]);
+  c[0] = _mm512_unpacklo_epi32(a0, b0);
+  c[1] = _mm512_unpackhi_epi32(a0, b0);
+  c[2] = _mm512_unpacklo_epi32(a1, b1);
+  c[3] = _mm512_unpackhi_epi32(a1, b1);
+}
+
+/// The lookup tables of e4m3_bf16_bytes in registers, and the sign mask.
+struct PanelLut {
+  __m512i tl0, tl1, th0, th1, sign;
+  DSV32_TARGET_AVX512_VBMI __attribute__((always_inline)) static PanelLut load() {
+    const E4m3Bf16Bytes& lut = e4m3_bf16_bytes();
+    return {_mm512_load_si512(lut.lo), _mm512_load_si512(lut.lo + 64), _mm512_load_si512(lut.hi),
+            _mm512_load_si512(lut.hi + 64), _mm512_set1_epi8(static_cast<char>(0x80))};
+  }
+};
+
+/// One vector of panel_codes16 looked up as bf16 bytes (as in e4m3_pair_group) and byte-unpacked:
+/// dword lane j of pair[e] is row j's column pair 4 j' + 2 e + (0, 1) of the vector's two pairs
+/// (the even column in the low half).
+DSV32_TARGET_AVX512_VBMI __attribute__((always_inline)) inline void panel_pairs16(const PanelLut& t, __m512i c,
+                                                                                __m512i pair[2]) {
+  const __m512i lo = _mm512_permutex2var_epi8(t.tl0, c, t.tl1);
+  const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(t.th0, c, t.th1), c, t.sign, 0xF8);
+  pair[0] = _mm512_unpacklo_epi8(lo, hi);
+  pair[1] = _mm512_unpackhi_epi8(lo, hi);
+}
+
+/// e4m3_panel_rows (the panel order, gemm_ops.hpp) on VDPBF16PS for MT x rows against 16 weight
+/// rows, lanes running over the weight rows: per 16 columns panel_codes16 and panel_pairs16 leave
+/// vectors whose dword lane j is row j's column pair, each multiplied into MT accumulators (one per
+/// x row, the x pair broadcast from memory) in increasing pair order. No reduction across lanes: per
+/// block each accumulator is scaled and added to out. Arguments start at the first block (xp, xs,
+/// w, ws); `blocks` blocks; out's rows masked to the `valid` weight rows.
+template <int MT>
 DSV32_TARGET_AVX512_BF16_VBMI void e4m3_panel16(std::int64_t blocks, const std::uint32_t* xp, std::int64_t ldx,
                                                 const float* xs, std::int64_t ldxs, const std::uint8_t* w,
                                                 std::int64_t ldw, const float* ws, int valid, float* out,
                                                 std::int64_t ldo) {
-  const E4m3Bf16Bytes& lut = e4m3_bf16_bytes();
-  const __m512i tl0 = _mm512_load_si512(lut.lo), tl1 = _mm512_load_si512(lut.lo + 64);
-  const __m512i th0 = _mm512_load_si512(lut.hi), th1 = _mm512_load_si512(lut.hi + 64);
-  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i hi_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const PanelLut lut = PanelLut::load();
   const __mmask16 lanes = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1u);
   for (std::int64_t kb = 0; kb < blocks; ++kb) {
     __m512 acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
     for (int h = 0; h < 8; ++h) {  // columns 16 h .. 16 h + 15 of the block
-      const std::uint8_t* p = w + kb * 128 + 16 * h;
-      __m512i v[4];  // lane L: the 16 codes of row 4L + q
-      for (int q = 0; q < 4; ++q) {
-        const std::uint8_t* r = p + q * ldw;
-        __m512i t = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r)));
-        t = _mm512_mask_broadcast_i32x4(t, 0x00F0, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 4 * ldw)));
-        t = _mm512_mask_broadcast_i32x4(t, 0x0F00, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 8 * ldw)));
-        v[q] = _mm512_mask_broadcast_i32x4(t, 0xF000, _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 12 * ldw)));
-      }
-      // per lane, c[j] holds pairs 2j and 2j + 1 of the 8, each as the 4 rows' code pairs in row order
-      const __m512i a0 = _mm512_unpacklo_epi16(v[0], v[1]), a1 = _mm512_unpackhi_epi16(v[0], v[1]);
-      const __m512i b0 = _mm512_unpacklo_epi16(v[2], v[3]), b1 = _mm512_unpackhi_epi16(v[2], v[3]);
-      const __m512i c[4] = {_mm512_unpacklo_epi32(a0, b0), _mm512_unpackhi_epi32(a0, b0),
-                            _mm512_unpacklo_epi32(a1, b1), _mm512_unpackhi_epi32(a1, b1)};
+      __m512i c[4];
+      panel_codes16(w + kb * 128 + 16 * h, ldw, c);
       for (int j = 0; j < 4; ++j) {
-        const __m512i lo = _mm512_permutex2var_epi8(tl0, c[j], tl1);
-        const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, c[j], th1), c[j], sign, 0xF8);
-        const __m512i pair[2] = {_mm512_unpacklo_epi8(lo, hi), _mm512_unpackhi_epi8(lo, hi)};
+        __m512i pair[2];
+        panel_pairs16(lut, c[j], pair);
         for (int e = 0; e < 2; ++e) {
           const std::uint32_t* x = xp + kb * 64 + 8 * h + 2 * j + e;
-          if constexpr (kDot) {
-            for (int m = 0; m < MT; ++m) acc[m] = dpbf16_bcast(acc[m], pair[e], x + m * ldx);
-          } else {  // VDPBF16PS's order: the odd column's product, then the even one's
-            const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(pair[e], hi_half));
-            const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(pair[e], 16));
-            for (int m = 0; m < MT; ++m) {
-              const __m512i xv = _mm512_set1_epi32(static_cast<int>(x[m * ldx]));
-              acc[m] = _mm512_fmadd_ps(odd, _mm512_castsi512_ps(_mm512_and_si512(xv, hi_half)), acc[m]);
-              acc[m] = _mm512_fmadd_ps(even, _mm512_castsi512_ps(_mm512_slli_epi32(xv, 16)), acc[m]);
-            }
-          }
+          for (int m = 0; m < MT; ++m) acc[m] = dpbf16_bcast(acc[m], pair[e], x + m * ldx);
         }
       }
     }
@@ -881,21 +896,57 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_panel16(std::int64_t blocks, const std::
   }
 }
 
-/// GemmOps::e4m3_panel_rows: 16 weight rows at a time against all M x rows at once (one kernel per
+/// e4m3_panel16 on FMAs: each column pair's odd column, then its even one, multiplied into the MT
+/// accumulators (VDPBF16PS's order; every product exact in f32), x broadcast from xf as f32 values
+/// with its MT rows side by side (GemmOps::e4m3_panel_rows_f32): one pointer for all rows, where x
+/// as bf16 pairs cost two integer operations per pair and row and a register per row's pointer
+/// (on a Granite Rapids core the 8-row kernel went from 5.2 to 7.2 GB/s of weights in cache).
+template <int MT>
+DSV32_TARGET_AVX512_VBMI void e4m3_panel16_fma(std::int64_t blocks, const float* xf, const float* xs,
+                                               std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                               const float* ws, int valid, float* out, std::int64_t ldo) {
+  const PanelLut lut = PanelLut::load();
+  const __m512i hi_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __mmask16 lanes = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1u);
+  for (std::int64_t kb = 0; kb < blocks; ++kb) {
+    __m512 acc[MT];
+    for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
+    for (int h = 0; h < 8; ++h) {
+      __m512i c[4];
+      panel_codes16(w + kb * 128 + 16 * h, ldw, c);
+#if !defined(__CUDACC__)
+#pragma GCC unroll 4
+#endif
+      for (int j = 0; j < 4; ++j) {
+        __m512i pair[2];
+        panel_pairs16(lut, c[j], pair);
+        for (int e = 0; e < 2; ++e) {
+          const float* x = xf + (kb * 128 + 16 * h + 4 * j + 2 * e) * MT;  // the even column's MT values, then the odd's
+          const __m512 odd = _mm512_castsi512_ps(_mm512_and_si512(pair[e], hi_half));
+          const __m512 even = _mm512_castsi512_ps(_mm512_slli_epi32(pair[e], 16));
+          for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_ps(odd, _mm512_set1_ps(x[MT + m]), acc[m]);
+          for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_ps(even, _mm512_set1_ps(x[m]), acc[m]);
+        }
+      }
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m512 scaled = opaque(_mm512_mul_ps(acc[m], _mm512_set1_ps(xs[m * ldxs + kb] * ws[kb])));
+      _mm512_mask_storeu_ps(out + m * ldo, lanes, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out + m * ldo), scaled));
+    }
+  }
+}
+
+/// The panel kernels' driver: 16 weight rows at a time against all M x rows at once (one kernel per
 /// M, so that each weight byte is read once), a last partial group copied per block into a
-/// zero-padded 16 x 128 tile.
-template <bool kDot>
-DSV32_TARGET_AVX512_BF16_VBMI void e4m3_panel_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
-                                                   const std::uint32_t* xp, std::int64_t ldx, const float* xs,
-                                                   std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
-                                                   const float* ws, float* out, std::int64_t ldo) {
-  using Kernel = void (*)(std::int64_t, const std::uint32_t*, std::int64_t, const float*, std::int64_t,
-                          const std::uint8_t*, std::int64_t, const float*, int, float*, std::int64_t);
-  static constexpr Kernel kernels[8] = {e4m3_panel16<1, kDot>, e4m3_panel16<2, kDot>, e4m3_panel16<3, kDot>,
-                                        e4m3_panel16<4, kDot>, e4m3_panel16<5, kDot>, e4m3_panel16<6, kDot>,
-                                        e4m3_panel16<7, kDot>, e4m3_panel16<8, kDot>};
-  const Kernel kernel = kernels[M - 1];
-  xp += kb0 * 64;
+/// zero-padded 16 x 128 tile. `x` and `x_block` (x's elements per block) as the kernel takes them.
+template <class X, class Kernel>
+DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void panel_groups16(int rows, std::int64_t kb0,
+                                                                            std::int64_t kb1, const X* x,
+                                                                            std::int64_t x_block, const float* xs,
+                                                                            const std::uint8_t* w, std::int64_t ldw,
+                                                                            const float* ws, float* out,
+                                                                            Kernel&& kernel) {
+  x += kb0 * x_block;
   xs += kb0;
   ws += kb0;
   const std::int64_t blocks = kb1 - kb0;
@@ -903,15 +954,48 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_panel_rows(int M, int rows, std::int64_t
     const int valid = rows - g0 < 16 ? rows - g0 : 16;
     const std::uint8_t* wg = w + g0 * ldw + kb0 * 128;
     if (valid == 16) {
-      kernel(blocks, xp, ldx, xs, ldxs, wg, ldw, ws, valid, out + g0, ldo);
+      kernel(blocks, x, xs, wg, ldw, ws, valid, out + g0);
       continue;
     }
     alignas(64) std::uint8_t tile[16 * 128] = {};
     for (std::int64_t b = 0; b < blocks; ++b) {
       for (int r = 0; r < valid; ++r) std::memcpy(tile + 128 * r, wg + r * ldw + 128 * b, 128);
-      kernel(1, xp + 64 * b, ldx, xs + b, ldxs, tile, 128, ws + b, valid, out + g0, ldo);
+      kernel(1, x + x_block * b, xs + b, tile, 128, ws + b, valid, out + g0);
     }
   }
+}
+
+/// GemmOps::e4m3_panel_rows on VDPBF16PS.
+DSV32_TARGET_AVX512_BF16_VBMI inline void e4m3_panel_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
+                                                          const std::uint32_t* xp, std::int64_t ldx, const float* xs,
+                                                          std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                                          const float* ws, float* out, std::int64_t ldo) {
+  using Kernel = void (*)(std::int64_t, const std::uint32_t*, std::int64_t, const float*, std::int64_t,
+                          const std::uint8_t*, std::int64_t, const float*, int, float*, std::int64_t);
+  static constexpr Kernel kernels[8] = {e4m3_panel16<1>, e4m3_panel16<2>, e4m3_panel16<3>, e4m3_panel16<4>,
+                                        e4m3_panel16<5>, e4m3_panel16<6>, e4m3_panel16<7>, e4m3_panel16<8>};
+  const Kernel kernel = kernels[M - 1];
+  panel_groups16(rows, kb0, kb1, xp, 64, xs, w, ldw, ws, out,
+                 [&](std::int64_t blocks, const std::uint32_t* x, const float* s, const std::uint8_t* wg,
+                     std::int64_t ld, const float* wsg, int valid, float* o) {
+                   kernel(blocks, x, ldx, s, ldxs, wg, ld, wsg, valid, o, ldo);
+                 });
+}
+
+/// GemmOps::e4m3_panel_rows_f32: e4m3_panel16_fma's driver.
+DSV32_TARGET_AVX512_VBMI inline void e4m3_panel_rows_f32(int M, int rows, std::int64_t kb0, std::int64_t kb1,
+                                                         const float* xf, const float* xs, std::int64_t ldxs,
+                                                         const std::uint8_t* w, std::int64_t ldw, const float* ws,
+                                                         float* out, std::int64_t ldo) {
+  using Kernel = void (*)(std::int64_t, const float*, const float*, std::int64_t, const std::uint8_t*, std::int64_t,
+                          const float*, int, float*, std::int64_t);
+  static constexpr Kernel kernels[8] = {e4m3_panel16_fma<1>, e4m3_panel16_fma<2>, e4m3_panel16_fma<3>,
+                                        e4m3_panel16_fma<4>, e4m3_panel16_fma<5>, e4m3_panel16_fma<6>,
+                                        e4m3_panel16_fma<7>, e4m3_panel16_fma<8>};
+  const Kernel kernel = kernels[M - 1];
+  panel_groups16(rows, kb0, kb1, xf, 128 * M, xs, w, ldw, ws, out,
+                 [&](std::int64_t blocks, const float* x, const float* s, const std::uint8_t* wg, std::int64_t ld,
+                     const float* wsg, int valid, float* o) { kernel(blocks, x, s, ldxs, wg, ld, wsg, valid, o, ldo); });
 }
 
 }  // namespace dsv32::cpu::simd::avx512
@@ -948,7 +1032,8 @@ inline const GemmOps& avx512_ops() {
     // the fast FP8 small-M kernels look codes up with VBMI; without it (Skylake-SP, Cascade Lake)
     // the AVX2 table's, the same bits
     o.e4m3_pair_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_pair_rows<false> : avx2::e4m3_pair_rows;
-    o.e4m3_panel_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_panel_rows<false> : avx2::e4m3_panel_rows;
+    if (cpu_has_avx512_vbmi()) o.e4m3_panel_rows_f32 = avx512::e4m3_panel_rows_f32;
+    else o.e4m3_panel_rows = avx2::e4m3_panel_rows;
     return o;
   }();
   return ops;
@@ -967,7 +1052,7 @@ inline const GemmOps& avx512_bf16_ops() {
     if (!cpu_prefers_fma_dots()) {
       o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
       o.bf16_pair_rows = avx512::bf16_pair_rows;
-      if (cpu_has_avx512_vbmi()) o.e4m3_panel_rows = avx512::e4m3_panel_rows<true>;
+      if (cpu_has_avx512_vbmi()) o.e4m3_panel_rows = avx512::e4m3_panel_rows, o.e4m3_panel_rows_f32 = nullptr;
     }
     return o;
   }();

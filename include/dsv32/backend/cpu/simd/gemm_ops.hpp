@@ -19,8 +19,8 @@
 ///   in f32); then `c += f32(dot) * (x_scale * w_scale)` with each operation rounded separately,
 ///   blocks in increasing k. That is the *panel order*, used by the products with more than
 ///   kFp8RowOrderMaxRows (4) rows of x: packed panels from 9 rows on, and from 5 to 8 rows
-///   e4m3_panel_rows, which streams the weight rows with its vector lanes running over them, where
-///   the table has it (else the packed panels, with the same bits).
+///   e4m3_panel_rows (or e4m3_panel_rows_f32), which streams the weight rows with its vector lanes
+///   running over them, where the table has it (else the packed panels, with the same bits).
 ///   Products with at most 4 rows (decode at batch 1 to 4) use the *row order* instead, which
 ///   streams each weight row once with its vector lanes running along k: a block's 64 column pairs
 ///   are dealt to 16 lanes (slot s = 0..63 of the block holds pair row_order_pair(s), lane s % 16);
@@ -154,6 +154,14 @@ struct GemmOps {
   void (*e4m3_panel_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
                           std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
                           std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) = nullptr;
+
+  /// e4m3_panel_rows with x given as f32 values, the M rows of each column side by side (xf[k M + m]
+  /// holds x[m][k], k from 0 as in xp): the layout of a kernel on FMAs that broadcasts
+  /// each x value from memory, all of them a small offset from one pointer (optional: null where the
+  /// table has none; the caller takes e4m3_panel_rows where a table has both). The same sums.
+  void (*e4m3_panel_rows_f32)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const float* xf,
+                              const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                              const float* ws, float* out, std::int64_t ldo) = nullptr;
 };
 
 /// \brief Whether every E4M3 weight value times `scale` is a normal f32 exact in bf16, so that

@@ -53,6 +53,8 @@ constexpr std::string_view isa_name(Isa isa) noexcept {
 #define DSV32_TARGET_AVX512 DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2")
 #define DSV32_TARGET_AVX512_BF16 \
   DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx2,fma,f16c,bmi2")
+#define DSV32_TARGET_AVX512_VBMI \
+  DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx2,fma,f16c,bmi2")
 #define DSV32_TARGET_AVX512_BF16_VBMI \
   DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi2")
 #include <cpuid.h>
