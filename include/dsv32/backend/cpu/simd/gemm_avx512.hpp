@@ -155,26 +155,33 @@ DSV32_TARGET_AVX512 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_
 }
 
 /// c[i][0..32) (+)= sum_k a[i * lda + k] b[k][0..32) for i < MR, in increasing k or, kPairSwap, in
-/// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first).
-template <int MR, bool kRounded, bool kPairSwap = false>
+/// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first; kc even). kLda /
+/// kLdb: the strides as compile-time constants (0: lda / ldb), so that every operand is an
+/// immediate offset from two pointers; the pair-swapped loop then steps a column pair at a time
+/// (fast FP8 prefill dots on one Granite Rapids core, a 12 x 128 tile against 32-row panels in L1:
+/// 148 -> 165 GFLOP/s against the register-only peak's 214).
+template <int MR, bool kRounded, bool kPairSwap = false, int kLda = 0, int kLdb = 0>
 DSV32_TARGET_AVX512 void micro32(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                  bool accumulate) {
+  const std::int64_t la = kLda ? kLda : lda, lb = kLdb ? kLdb : ldb;
   __m512 c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
     c0[i] = accumulate ? _mm512_loadu_ps(c + i * ldc) : _mm512_setzero_ps();
     c1[i] = accumulate ? _mm512_loadu_ps(c + i * ldc + 16) : _mm512_setzero_ps();
   }
-  for (int kk = 0; kk < kc; ++kk) {
-    const int k = kPairSwap ? kk ^ 1 : kk;
-    const __m512 b0 = _mm512_loadu_ps(b + k * ldb), b1 = _mm512_loadu_ps(b + k * ldb + 16);
-    for (int i = 0; i < MR; ++i) {
-      const __m512 ai = _mm512_set1_ps(a[i * lda + k]);
-      if constexpr (kRounded) {
-        c0[i] = _mm512_add_ps(c0[i], opaque(_mm512_mul_ps(ai, b0)));
-        c1[i] = _mm512_add_ps(c1[i], opaque(_mm512_mul_ps(ai, b1)));
-      } else {
-        c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
-        c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+  constexpr int kStep = kPairSwap ? 2 : 1;
+  for (int kk = 0; kk < kc; kk += kStep, a += kStep, b += kStep * lb) {
+    for (int q = kStep - 1; q >= 0; --q) {  // the pair's odd column first
+      const __m512 b0 = _mm512_loadu_ps(b + q * lb), b1 = _mm512_loadu_ps(b + q * lb + 16);
+      for (int i = 0; i < MR; ++i) {
+        const __m512 ai = _mm512_set1_ps(a[i * la + q]);
+        if constexpr (kRounded) {
+          c0[i] = _mm512_add_ps(c0[i], opaque(_mm512_mul_ps(ai, b0)));
+          c1[i] = _mm512_add_ps(c1[i], opaque(_mm512_mul_ps(ai, b1)));
+        } else {
+          c0[i] = _mm512_fmadd_ps(ai, b0, c0[i]);
+          c1[i] = _mm512_fmadd_ps(ai, b1, c1[i]);
+        }
       }
     }
   }
@@ -184,16 +191,17 @@ DSV32_TARGET_AVX512 void micro32(int kc, const float* a, std::int64_t lda, const
   }
 }
 
-template <bool kRounded, bool kPairSwap = false>
+template <bool kRounded, bool kPairSwap = false, int kLda = 0, int kLdb = 0>
 DSV32_TARGET_AVX512 void micro32_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                      bool accumulate) {
   int i = 0;
+  const std::int64_t la = kLda ? kLda : lda;
   for (; i + 12 <= mr; i += 12)
-    micro32<12, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-  if (mr - i >= 8) micro32<8, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 8;
-  if (mr - i >= 4) micro32<4, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
-  if (mr - i >= 2) micro32<2, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
-  if (mr - i >= 1) micro32<1, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+    micro32<12, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * la, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  if (mr - i >= 8) micro32<8, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * la, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 8;
+  if (mr - i >= 4) micro32<4, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * la, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
+  if (mr - i >= 2) micro32<2, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * la, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
+  if (mr - i >= 1) micro32<1, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * la, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
 DSV32_TARGET_AVX512 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
@@ -205,10 +213,12 @@ DSV32_TARGET_AVX512 inline void micro_rounded_products(int mr, int kc, const flo
   micro32_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-/// GemmOps::fp8_value_dots: the panel order on FMAs, 12 x 32 tiles.
+/// GemmOps::fp8_value_dots: the panel order on FMAs, 12 x 32 tiles (the drivers' x tiles are 128
+/// values a row: that stride compiled in).
 DSV32_TARGET_AVX512 inline void fp8_value_dots(int mr, const float* a, std::int64_t lda, const float* b, float* dot,
                                                std::int64_t ldd) {
-  micro32_any<false, true>(mr, 128, a, lda, b, 32, dot, ldd, false);
+  if (lda == 128) micro32_any<false, true, 128, 32>(mr, 128, a, lda, b, 32, dot, ldd, false);
+  else micro32_any<false, true>(mr, 128, a, lda, b, 32, dot, ldd, false);
 }
 
 /// fp8_pair_dots for MR rows x 32 weight rows on VDPBF16PS.
