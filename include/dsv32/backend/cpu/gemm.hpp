@@ -430,6 +430,11 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
         for (std::int64_t j = 0; j * kBlockSize < cols; ++j)  // scale[j][i]: row i against weight block j
           for (std::int64_t i = 0; i < rows; ++i)
             scale[j * mc + i] = xs[(m0 + i) * KB + kb] * w.scale[(n0 / kBlockSize + j) * sc + kb];
+        // the next 128 columns of the task's weight rows, asked for while this block's row tiles
+        // run: the rows are K bytes apart, and packing them stalled on memory (fast prefill on
+        // Granite Rapids: packing 4.6% of the time before)
+        if (kb + 1 < KB)
+          for (std::int64_t r = 0; r < cols; ++r) prefetch_bytes(wq + (n0 + r) * K + k0 + kPanelK, kPanelK);
         // One row tile of x widened at a time (mr x 128 values, in L1) and run against every panel;
         // meanwhile the next tile's codes are fetched: x's rows are K bytes apart, out of the
         // hardware prefetcher's reach, and their first reads stalled the widening (~7% of the
