@@ -546,6 +546,61 @@ struct MxcsrScope {
   ~MxcsrScope() { set_everywhere(bits, false); }
 };
 
+TEST_CASE("GemmOps::fp8_value_dots(_scaled), every ISA: the panel order's block dots, scaled and added in f32") {
+  // The prefill's block dots on widened values (a: x rows of 128, b: a packed [128][nr] panel) and
+  // the fused form that adds them, scaled, to c in registers: both against the definition, for every
+  // row count of the tiles (1-13: a 12-row tile and its remainders) and partial panels.
+  std::mt19937 gen(57);
+  std::uniform_int_distribution<int> any_code(0, 255);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  int fused = 0;
+  for (cpu::Isa isa : isas_here()) {
+    IsaScope scope(isa);
+    CAPTURE(cpu::isa_name(isa));
+    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const int nr = ops.nr;
+    for (int mr = 1; mr <= 13; ++mr)
+      for (const int n : {nr, nr - 3, 5}) {
+        CAPTURE(mr);
+        CAPTURE(n);
+        std::vector<std::uint8_t> xq(static_cast<std::size_t>(mr * 128)), wq(static_cast<std::size_t>(nr * 128));
+        for (auto& c : xq)
+          do c = static_cast<std::uint8_t>(any_code(gen));
+          while ((c & 0x7F) == 0x7F);
+        for (auto& c : wq) c = static_cast<std::uint8_t>(any_code(gen));
+        std::vector<float> a(xq.size()), b(wq.size()), scale(static_cast<std::size_t>(mr)), start(static_cast<std::size_t>(mr * nr));
+        for (std::size_t i = 0; i < xq.size(); ++i) a[i] = static_cast<float>(e4m3_value(xq[i]));
+        for (int j = 0; j < nr; ++j)
+          for (int k = 0; k < 128; ++k) b[k * nr + j] = static_cast<float>(e4m3_value(wq[j * 128 + k]));
+        for (auto& v : scale) v = unit(gen);
+        for (auto& v : start) v = unit(gen) - 1.25f;
+        std::vector<float> dots(static_cast<std::size_t>(mr * nr)), expected = start;
+        int wrong_dots = 0;
+        for (int i = 0; i < mr; ++i)
+          for (int j = 0; j < nr; ++j) {
+            const float d = panel_order_block_dot(&xq[i * 128], &wq[j * 128]);
+            dots[i * nr + j] = d;
+            if (j < n) {
+              volatile float p = d * scale[i];
+              expected[i * nr + j] += p;
+            }
+          }
+        std::vector<float> got(dots.size());
+        ops.fp8_value_dots(mr, a.data(), 128, b.data(), got.data(), nr);
+        for (std::size_t i = 0; i < got.size(); ++i) wrong_dots += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(dots[i]);
+        CHECK(wrong_dots == 0);
+        if (!ops.fp8_value_dots_scaled) continue;
+        ++fused;
+        std::vector<float> c = start;
+        ops.fp8_value_dots_scaled(mr, n, a.data(), 128, b.data(), scale.data(), c.data(), nr);
+        int wrong = 0;
+        for (std::size_t i = 0; i < c.size(); ++i) wrong += std::bit_cast<std::uint32_t>(c[i]) != std::bit_cast<std::uint32_t>(expected[i]);
+        CHECK(wrong == 0);  // columns >= n untouched
+      }
+  }
+  if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(fused > 0);
+}
+
 TEST_CASE("cpu::linear with FP8 weights under denormals-are-zero and flush-to-zero: the same bits, MXCSR kept") {
   // Programs built with -ffast-math start with MXCSR's DAZ and FTZ bits set. The x86 kernels widen
   // E4M3's subnormal codes (every 16th code of these random weights) through subnormal floats, so

@@ -476,9 +476,14 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
           alignas(64) float dot[16 * 32];
           by_row_tiles(ops.widen_e4m3, ap, [&](int h, std::int64_t i) {
             for (std::int64_t p = 0; p < cols; p += nr) {
-              ops.fp8_value_dots(h, ap, kPanelK, bp + p * kPanelK, dot, nr);
-              ops.epilogue_f32(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
-                               scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
+              const int n = static_cast<int>(std::min<std::int64_t>(nr, cols - p));
+              const float* s = scale + (p / kBlockSize) * mc + i;
+              if (ops.fp8_value_dots_scaled) {
+                ops.fp8_value_dots_scaled(h, n, ap, kPanelK, bp + p * kPanelK, s, cbuf + i * nc + p, nc);
+              } else {
+                ops.fp8_value_dots(h, ap, kPanelK, bp + p * kPanelK, dot, nr);
+                ops.epilogue_f32(h, n, dot, nr, s, cbuf + i * nc + p, nc);
+              }
             }
           });
         } else {

@@ -100,6 +100,13 @@ struct GemmOps {
   /// with its addition rounds as the addition) or plain C++; every table has it.
   void (*fp8_value_dots)(int mr, const float* a, std::int64_t lda, const float* b, float* dot,
                          std::int64_t ldd) = nullptr;
+
+  /// fp8_value_dots followed by epilogue_f32 in one call, the sums kept in registers: c[i][j] +=
+  /// f32(dot_ij) * scale[i] for i < mr, j < n (n <= nr), multiply and add rounded separately
+  /// (optional: null where the table has none; the same bits as the two calls).
+  void (*fp8_value_dots_scaled)(int mr, int n, const float* a, std::int64_t lda, const float* b, const float* scale,
+                                float* c, std::int64_t ldc) = nullptr;
+
   /// The same dots on VDPBF16PS (optional: null where the CPU has no AVX512_BF16, or where its
   /// FMAs outrun that instruction: cpu_prefers_fma_dots()), preferred to fp8_value_dots when set.
   /// a and b hold the values as pairs of bf16 (dword p of a row: bf16(v[2p]) in the low half,
