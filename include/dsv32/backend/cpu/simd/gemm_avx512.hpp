@@ -926,6 +926,31 @@ DSV32_TARGET_AVX512_VBMI __attribute__((always_inline)) inline void panel_pairs1
   pair[1] = _mm512_unpackhi_epi8(lo, hi);
 }
 
+/// The panel kernels' per-block bookkeeping for `valid` weight rows: the hints one group ahead
+/// (not on the zero-padded tile) and the epilogue, out[m] += f32(acc[m]) * (x scale * weight
+/// scale), the multiply and the add rounded apart.
+struct PanelBlocks {
+  __mmask16 lanes;
+  bool ahead;
+  DSV32_TARGET_AVX512 PanelBlocks(int valid, std::int64_t ldw)
+      : lanes(static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1u)),
+        ahead(valid == 16 && ldw <= kPanelPrefetchMaxK) {}
+  DSV32_TARGET_AVX512 __attribute__((always_inline)) void prefetch(const std::uint8_t* w, std::int64_t ldw,
+                                                                   std::int64_t kb) const {
+    if (ahead)
+      for (int r = 0; r < 16; ++r) prefetch_block(w + r * ldw, 16 * ldw + kb * 128);
+  }
+  template <int MT>
+  DSV32_TARGET_AVX512 __attribute__((always_inline)) void finish(const __m512* acc, const float* xs,
+                                                                 std::int64_t ldxs, const float* ws, std::int64_t kb,
+                                                                 float* out, std::int64_t ldo) const {
+    for (int m = 0; m < MT; ++m) {
+      const __m512 scaled = opaque(_mm512_mul_ps(acc[m], _mm512_set1_ps(xs[m * ldxs + kb] * ws[kb])));
+      _mm512_mask_storeu_ps(out + m * ldo, lanes, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out + m * ldo), scaled));
+    }
+  }
+};
+
 /// e4m3_panel_rows (the panel order, gemm_ops.hpp) on VDPBF16PS for MT x rows against 16 weight
 /// rows, lanes running over the weight rows: per 16 columns panel_codes16 and panel_pairs16 leave
 /// vectors whose dword lane j is row j's column pair, each multiplied into MT accumulators (one per
@@ -938,11 +963,9 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_panel16(std::int64_t blocks, const std::
                                                 std::int64_t ldw, const float* ws, int valid, float* out,
                                                 std::int64_t ldo) {
   const PanelLut lut = PanelLut::load();
-  const __mmask16 lanes = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1u);
-  const bool ahead = valid == 16 && ldw <= kPanelPrefetchMaxK;  // not on the zero-padded tile
+  const PanelBlocks pb(valid, ldw);
   for (std::int64_t kb = 0; kb < blocks; ++kb) {
-    if (ahead)
-      for (int r = 0; r < 16; ++r) prefetch_block(w + r * ldw, 16 * ldw + kb * 128);
+    pb.prefetch(w, ldw, kb);
     __m512 acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
     for (int h = 0; h < 8; ++h) {  // columns 16 h .. 16 h + 15 of the block
@@ -957,10 +980,7 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_panel16(std::int64_t blocks, const std::
         }
       }
     }
-    for (int m = 0; m < MT; ++m) {
-      const __m512 scaled = opaque(_mm512_mul_ps(acc[m], _mm512_set1_ps(xs[m * ldxs + kb] * ws[kb])));
-      _mm512_mask_storeu_ps(out + m * ldo, lanes, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out + m * ldo), scaled));
-    }
+    pb.finish<MT>(acc, xs, ldxs, ws, kb, out, ldo);
   }
 }
 
@@ -975,11 +995,9 @@ DSV32_TARGET_AVX512_VBMI void e4m3_panel16_fma(std::int64_t blocks, const float*
                                                const float* ws, int valid, float* out, std::int64_t ldo) {
   const PanelLut lut = PanelLut::load();
   const __m512i hi_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
-  const __mmask16 lanes = static_cast<__mmask16>(valid >= 16 ? 0xFFFF : (1u << valid) - 1u);
-  const bool ahead = valid == 16 && ldw <= kPanelPrefetchMaxK;  // not on the zero-padded tile
+  const PanelBlocks pb(valid, ldw);
   for (std::int64_t kb = 0; kb < blocks; ++kb) {
-    if (ahead)
-      for (int r = 0; r < 16; ++r) prefetch_block(w + r * ldw, 16 * ldw + kb * 128);
+    pb.prefetch(w, ldw, kb);
     __m512 acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
     for (int h = 0; h < 8; ++h) {
@@ -1000,10 +1018,7 @@ DSV32_TARGET_AVX512_VBMI void e4m3_panel16_fma(std::int64_t blocks, const float*
         }
       }
     }
-    for (int m = 0; m < MT; ++m) {
-      const __m512 scaled = opaque(_mm512_mul_ps(acc[m], _mm512_set1_ps(xs[m * ldxs + kb] * ws[kb])));
-      _mm512_mask_storeu_ps(out + m * ldo, lanes, _mm512_add_ps(_mm512_maskz_loadu_ps(lanes, out + m * ldo), scaled));
-    }
+    pb.finish<MT>(acc, xs, ldxs, ws, kb, out, ldo);
   }
 }
 
