@@ -107,7 +107,7 @@ struct GemmOps {
   void (*fp8_value_dots_scaled)(int mr, int n, const float* a, std::int64_t lda, const float* b, const float* scale,
                                 float* c, std::int64_t ldc) = nullptr;
 
-  /// The same dots on VDPBF16PS (optional: null where the CPU has no AVX512_BF16, or where its
+  /// fp8_value_dots on VDPBF16PS (optional: null where the CPU has no AVX512_BF16, or where its
   /// FMAs outrun that instruction: cpu_prefers_fma_dots()), preferred to fp8_value_dots when set.
   /// a and b hold the values as pairs of bf16 (dword p of a row: bf16(v[2p]) in the low half,
   /// bf16(v[2p + 1]) in the high half; exact): a's rows have 64 pairs, lda dwords apart; b is a
