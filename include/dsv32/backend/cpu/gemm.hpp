@@ -334,8 +334,8 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   // the fast mode's panel order from kFp8RowOrderMaxRows + 1 rows on: streamed up to 8 rows where the
   // table has e4m3_panel_rows or e4m3_panel_rows_f32, else on the packed panels below (the same bits)
   const bool panel_order = mode == Fp8Accumulation::fast && M > simd::kFp8RowOrderMaxRows;
-  const bool panel_f32 = panel_order && !ops.e4m3_panel_rows && ops.e4m3_panel_rows_f32;
-  if (M <= 8 && (!panel_order || ops.e4m3_panel_rows || panel_f32)) {
+  const bool panel_f32 = panel_order && !ops.e4m3_panel_rows && ops.e4m3_panel_rows_f32;  // pairs preferred
+  if (M <= 8 && (!panel_order || ops.e4m3_panel_rows || ops.e4m3_panel_rows_f32)) {
     // Decode: weight rows streamed once. Exact mode: exact block dots against x * 2^512 in double;
     // fast mode: f32 block dots in the row order (simd/gemm_ops.hpp), x as bf16 pairs in slot order,
     // or in the panel order, x as bf16 pairs in column order or as f32 values, rows side by side.

@@ -864,13 +864,13 @@ DSV32_TARGET_AVX512_BF16_VBMI void e4m3_pair_rows(int M, int rows, std::int64_t 
         for (int g = 0; g < groups; ++g) {
           const int m0 = group_m0[g], mt = group_mt[g], R = 16 / mt;
           const std::uint32_t* x = xp + m0 * ldx;
+          // the first x-row group asks for the next 16 rows' blocks where rows are short
+          const std::int64_t ahead = g == 0 && ldw <= kPanelPrefetchMaxK ? 16 * ldw : 0;
           for (int r0 = g0; r0 < g0 + 16 && r0 < rows; r0 += R) {
             const int valid = rows - r0 < R ? rows - r0 : R;
             const std::uint8_t* wr[16];
             for (int r = 0; r < R; ++r) wr[r] = w + (r0 + (r < valid ? r : 0)) * ldw;  // a stand-in row past the last
             float* o = out + m0 * ldo + r0;
-            // the first x-row group asks for the next 16 rows' blocks where rows are short
-            const std::int64_t ahead = g == 0 && ldw <= kPanelPrefetchMaxK ? 16 * ldw : 0;
             if (mt == 8) e4m3_pair_group<8, 2, kDot>(c0, c1, x, ldx, scales[g], wr, valid, o, ldo, ahead);
             else if (mt == 4) e4m3_pair_group<4, 4, kDot>(c0, c1, x, ldx, scales[g], wr, valid, o, ldo, ahead);
             else if (mt == 2) e4m3_pair_group<2, 8, kDot>(c0, c1, x, ldx, scales[g], wr, valid, o, ldo, ahead);
