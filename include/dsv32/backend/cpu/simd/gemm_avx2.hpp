@@ -300,6 +300,27 @@ DSV32_TARGET_AVX2 inline __m256d reduce4(const __m256d a[4]) {
   return _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20), _mm256_permute2f128_pd(h01, h23, 0x31));
 }
 
+/// The small-M FP8 kernels ask for each weight block one group of rows ahead (the 8 or 16 rows
+/// after those they read) where rows are short (ldw <= kPanelPrefetchMaxK columns): a group then
+/// spans a few KB per row, too short for the hardware prefetcher's streams to get going. On one
+/// Granite Rapids core, 1536-column rows against one x row: exact kernel 4.2 -> 8.0 GB/s, fast row
+/// order 6.1 -> 8.9 (9.0 at 7168 columns); 8 x rows, fast panel order: 3.6 -> 5.1 (6.0). From
+/// 4096 columns on the hints cost the panel kernel 5-10%. This table's kernels on the same host
+/// (DSV32_CPU_ISA=avx2), 1536-column rows: exact, one core, 4.8 -> 8.0-8.3 GB/s; two cores, fast
+/// row order 8.9-9.2 -> 13.9-14.9, 8 x rows' panels 4.7-4.8 -> 6.2-6.3; 7168-column rows
+/// unchanged. (Shared by the AVX-512 kernels.)
+inline constexpr std::int64_t kPanelPrefetchMaxK = 2048;
+
+/// A hint for the two cache lines of the 128-byte block `offset` bytes from row: the address is
+/// formed as an integer, as it may lie past the matrix (after its last group), where the hint is
+/// dropped.
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void prefetch_block(const std::uint8_t* row,
+                                                                          std::int64_t offset) {
+  const auto at = reinterpret_cast<std::uintptr_t>(row) + static_cast<std::uintptr_t>(offset);
+  _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T0);
+  _mm_prefetch(reinterpret_cast<const char*>(at + 64), _MM_HINT_T0);
+}
+
 /// One block of e4m3_rows for MT x rows and R weight rows (MT * R <= 8); see the AVX-512 version.
 template <int MT, int R>
 DSV32_TARGET_AVX2 void e4m3_block(const double* xb, std::int64_t ldx, const float* xsb, std::int64_t ldxs,
@@ -339,7 +360,8 @@ DSV32_TARGET_AVX2 void e4m3_block(const double* xb, std::int64_t ldx, const floa
 template <int MT, int R>
 DSV32_TARGET_AVX2 void e4m3_rows_group(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
                                        const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
-                                       int valid, const float* ws, float* out, std::int64_t ldo) {
+                                       int valid, const float* ws, float* out, std::int64_t ldo,
+                                       std::int64_t ahead) {
   alignas(64) static const std::uint8_t zeros[128] = {};  // stands in for the rows past the last one
   for (int q = 0; q < 8; q += R) {
     const int v = valid - q >= R ? R : valid - q;
@@ -347,6 +369,8 @@ DSV32_TARGET_AVX2 void e4m3_rows_group(std::int64_t kb0, std::int64_t kb1, const
     for (std::int64_t kb = kb0; kb < kb1; ++kb) {
       const std::uint8_t* wb[R];
       for (int r = 0; r < R; ++r) wb[r] = r < v ? w + (q + r) * ldw + kb * 128 : zeros;
+      if (ahead)
+        for (int r = 0; r < v; ++r) prefetch_block(wb[r], ahead);
       e4m3_block<MT, R>(xd + kb * 128, ldx, xs + kb, ldxs, wb, ws[kb], v, out + q, ldo);
     }
   }
@@ -363,14 +387,15 @@ DSV32_TARGET_AVX2 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::
       const double* x = xd + m0 * ldx;
       const float* s = xs + m0 * ldxs;
       float* o = out + m0 * ldo + r0;
+      const std::int64_t ahead = m0 == 0 && ldw <= kPanelPrefetchMaxK ? 8 * ldw : 0;  // the first x rows' pass
       if (left >= 4) {
-        e4m3_rows_group<4, 2>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        e4m3_rows_group<4, 2>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
         m0 += 4;
       } else if (left >= 2) {
-        e4m3_rows_group<2, 4>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        e4m3_rows_group<2, 4>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
         m0 += 2;
       } else {
-        e4m3_rows_group<1, 8>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo);
+        e4m3_rows_group<1, 8>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
         m0 += 1;
       }
     }
@@ -388,7 +413,7 @@ template <int MT, int R>
 DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
                                        std::int64_t ldx, const float* xs, std::int64_t ldxs,
                                        const std::uint8_t* const* wr, const float* ws, int valid, float* out,
-                                       std::int64_t ldo) {
+                                       std::int64_t ldo, std::int64_t ahead) {
   static_assert(MT * R <= 4);
   const __m256i code_bits = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
   const __m256i hi_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
@@ -396,6 +421,8 @@ DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const
   float c[MT * R];
   for (int i = 0; i < MT * R; ++i) c[i] = i % R < valid ? out[(i / R) * ldo + i % R] : 0.0f;
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+    if (ahead)
+      for (int r = 0; r < R; ++r) prefetch_block(wr[r], ahead + kb * 128);
     __m256 acc[MT * R][2];
     for (int i = 0; i < MT * R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     for (int g = 0; g < 4; ++g)
@@ -447,14 +474,16 @@ DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, 
       const int mt = left >= 4 ? 4 : left >= 2 ? 2 : 1, R = 4 / mt;
       const std::uint32_t* x = xp + m0 * ldx;
       const float* s = xs + m0 * ldxs;
+      // the first x-row group asks for the next 8 rows' blocks where rows are short
+      const std::int64_t ahead = m0 == 0 && ldw <= kPanelPrefetchMaxK ? 8 * ldw : 0;
       for (int r0 = g0; r0 < g0 + 8 && r0 < rows; r0 += R) {
         const int valid = rows - r0 < R ? rows - r0 : R;
         const std::uint8_t* wr[4];
         for (int r = 0; r < R; ++r) wr[r] = w + (r0 + (r < valid ? r : 0)) * ldw;  // a stand-in row past the last
         float* o = out + m0 * ldo + r0;
-        if (mt == 4) e4m3_pair_group<4, 1>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
-        else if (mt == 2) e4m3_pair_group<2, 2>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
-        else e4m3_pair_group<1, 4>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo);
+        if (mt == 4) e4m3_pair_group<4, 1>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo, ahead);
+        else if (mt == 2) e4m3_pair_group<2, 2>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo, ahead);
+        else e4m3_pair_group<1, 4>(kb0, kb1, x, ldx, s, ldxs, wr, ws, valid, o, ldo, ahead);
       }
       m0 += mt;
     }
@@ -484,7 +513,10 @@ DSV32_TARGET_AVX2 void e4m3_panel8(std::int64_t blocks, const float* xo, const f
   const __m256i code_bits = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
   const __m256 unbias = _mm256_set1_ps(0x1p120f);
   const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  const bool ahead = valid == 8 && ldw <= kPanelPrefetchMaxK;  // the next 8 rows' blocks (not on the padded tile)
   for (std::int64_t kb = 0; kb < blocks; ++kb) {
+    if (ahead)
+      for (int r = 0; r < 8; ++r) prefetch_block(w + r * ldw, 8 * ldw + kb * 128);
     __m256 acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
     for (int c0 = 0; c0 < 128; c0 += 8) {

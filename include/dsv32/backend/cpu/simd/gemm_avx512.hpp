@@ -574,23 +574,9 @@ DSV32_TARGET_AVX512 __attribute__((always_inline)) inline __m512d reduce8(const 
   return _mm512_add_pd(_mm512_shuffle_f64x2(c0, c1, 0x88), _mm512_shuffle_f64x2(c0, c1, 0xDD));
 }
 
-/// The small-M FP8 kernels ask for each weight block one group of rows ahead (the 8 or 16 rows
-/// after those they read) where rows are short (ldw <= kPanelPrefetchMaxK columns): a group then
-/// spans a few KB per row, too short for the hardware prefetcher's streams to get going. On one
-/// Granite Rapids core, 1536-column rows against one x row: exact kernel 4.2 -> 8.0 GB/s, fast row
-/// order 6.1 -> 8.9 (9.0 at 7168 columns); 8 x rows, fast panel order: 3.6 -> 5.1 (6.0). From
-/// 4096 columns on the hints cost the panel kernel 5-10%.
-inline constexpr std::int64_t kPanelPrefetchMaxK = 2048;
-
-/// A hint for the two cache lines of the 128-byte block `offset` bytes from row: the address is
-/// formed as an integer, as it may lie past the matrix (after its last group), where the hint is
-/// dropped.
-DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void prefetch_block(const std::uint8_t* row,
-                                                                            std::int64_t offset) {
-  const auto at = reinterpret_cast<std::uintptr_t>(row) + static_cast<std::uintptr_t>(offset);
-  _mm_prefetch(reinterpret_cast<const char*>(at), _MM_HINT_T0);
-  _mm_prefetch(reinterpret_cast<const char*>(at + 64), _MM_HINT_T0);
-}
+// the small-M kernels' hints one row group ahead (gemm_avx2.hpp)
+using avx2::kPanelPrefetchMaxK;
+using avx2::prefetch_block;
 
 /// Blocks [kb0, kb1) of e4m3_rows for MT x rows and R weight rows (MT * R <= 16): xd at column 0
 /// (rows ldx apart), xs the x scales (rows ldxs apart), wr[r] weight row r's first code; adds each
