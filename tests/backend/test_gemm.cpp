@@ -601,6 +601,65 @@ TEST_CASE("GemmOps::fp8_value_dots(_scaled), every ISA: the panel order's block 
   if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(fused > 0);
 }
 
+TEST_CASE("GemmOps micro-kernels, every ISA: c = (accumulate ? c : 0) + the sequential sum, empty sums included") {
+  // micro_exact_products / micro_rounded_products / micro_f64 for every row count of a tile and its
+  // remainders, depths 0 (an empty sum: zeros, or c untouched), 1, 7 and 128, both starts.
+  std::mt19937 gen(71);
+  std::uniform_int_distribution<int> mantissa(-127, 127);
+  std::uniform_int_distribution<int> exponent(-8, 8);
+  auto value = [&] { return std::ldexp(static_cast<float>(mantissa(gen)), exponent(gen)); };  // exact in bf16
+  for (cpu::Isa isa : isas_here()) {
+    IsaScope scope(isa);
+    CAPTURE(cpu::isa_name(isa));
+    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    for (int mr = 1; mr <= 13; ++mr)
+      for (const int kc : {0, 1, 7, 128}) {
+        CAPTURE(mr);
+        CAPTURE(kc);
+        const int nr = ops.nr, nr64 = ops.nr64;
+        std::vector<float> a(static_cast<std::size_t>(mr * std::max(kc, 1))), b(static_cast<std::size_t>(std::max(kc, 1) * nr));
+        for (auto& v : a) v = value();
+        for (auto& v : b) v = value();
+        std::vector<float> start(static_cast<std::size_t>(mr * nr));
+        for (auto& v : start) v = value();
+        for (const bool accumulate : {false, true}) {
+          CAPTURE(accumulate);
+          std::vector<float> expected(start.size());
+          for (int i = 0; i < mr; ++i)
+            for (int j = 0; j < nr; ++j) {
+              float sum = accumulate ? start[i * nr + j] : 0.0f;
+              for (int k = 0; k < kc; ++k) {
+                volatile float product = a[i * kc + k] * b[k * nr + j];  // exact: 8-bit significands
+                sum += product;
+              }
+              expected[i * nr + j] = sum;
+            }
+          for (const auto kernel : {ops.micro_exact_products, ops.micro_rounded_products}) {
+            std::vector<float> c = start;
+            kernel(mr, kc, a.data(), kc, b.data(), nr, c.data(), nr, accumulate);
+            int wrong = 0;
+            for (std::size_t i = 0; i < c.size(); ++i) wrong += std::bit_cast<std::uint32_t>(c[i]) != std::bit_cast<std::uint32_t>(expected[i]);
+            CHECK(wrong == 0);
+          }
+        }
+        // micro_f64: exact double sums of the same values (b as a packed [kc][nr64] panel), no start
+        std::vector<double> ad(a.begin(), a.end()), bd(static_cast<std::size_t>(std::max(kc, 1) * nr64));
+        for (int k = 0; k < kc; ++k)
+          for (int j = 0; j < nr64; ++j) bd[k * nr64 + j] = b[k * nr + j];
+        std::vector<double> cd(static_cast<std::size_t>(mr * nr64), 1.5);
+        ops.micro_f64(mr, kc, ad.data(), kc, bd.data(), cd.data(), nr64);
+        int wrong = 0;
+        for (int i = 0; i < mr; ++i)
+          for (int j = 0; j < nr64; ++j) {
+            double sum = 0.0;
+            for (int k = 0; k < kc; ++k) sum += ad[i * kc + k] * bd[k * nr64 + j];
+            wrong += cd[i * nr64 + j] != sum;
+          }
+        CHECK(wrong == 0);
+      }
+  }
+}
+
 TEST_CASE("cpu::linear with FP8 weights under denormals-are-zero and flush-to-zero: the same bits, MXCSR kept") {
   // Programs built with -ffast-math start with MXCSR's DAZ and FTZ bits set. The x86 kernels widen
   // E4M3's subnormal codes (every 16th code of these random weights) through subnormal floats, so

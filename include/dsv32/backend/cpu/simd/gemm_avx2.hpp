@@ -14,6 +14,7 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -129,14 +130,21 @@ DSV32_TARGET_AVX2 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t 
 }
 
 /// c[i][0..16) (+)= sum_k a[i * lda + k] b[k][0..16) for i < MR, in increasing k or, kPairSwap, in
-/// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first).
-template <int MR, bool kRounded, bool kPairSwap = false>
-DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                               bool accumulate) {
+/// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first). kc < 1 apart and
+/// the start compiled in, as in the AVX-512 micro32_tile (else GCC keeps the accumulators on the
+/// stack).
+template <int MR, bool kRounded, bool kPairSwap, bool kAccumulate>
+DSV32_TARGET_AVX2 void micro16_tile(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                                    std::int64_t ldc) {
+  if (kc < 1) {  // empty sums
+    if (!kAccumulate)
+      for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 16, 0.0f);
+    return;
+  }
   __m256 c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) {
-    c0[i] = accumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
-    c1[i] = accumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
+    c0[i] = kAccumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
+    c1[i] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
   for (int kk = 0; kk < kc; ++kk) {
     const int k = kPairSwap ? kk ^ 1 : kk;
@@ -156,6 +164,13 @@ DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const f
     _mm256_storeu_ps(c + i * ldc, c0[i]);
     _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
   }
+}
+
+template <int MR, bool kRounded, bool kPairSwap = false>
+DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
+                               std::int64_t ldc, bool accumulate) {
+  if (accumulate) micro16_tile<MR, kRounded, kPairSwap, true>(kc, a, lda, b, ldb, c, ldc);
+  else micro16_tile<MR, kRounded, kPairSwap, false>(kc, a, lda, b, ldb, c, ldc);
 }
 
 template <bool kRounded, bool kPairSwap = false>
@@ -187,6 +202,10 @@ DSV32_TARGET_AVX2 inline void fp8_value_dots(int mr, const float* a, std::int64_
 /// c[i][0..8) = sum_k a[i * lda + k] b[k][0..8) in double, i < MR.
 template <int MR>
 DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
+  if (kc < 1) {  // (apart, so that GCC knows the loop below runs: see micro16_tile)
+    for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 8, 0.0);
+    return;
+  }
   __m256d c0[MR], c1[MR];
   for (int i = 0; i < MR; ++i) c0[i] = c1[i] = _mm256_setzero_pd();
   for (int k = 0; k < kc; ++k) {
