@@ -169,8 +169,9 @@ DSV32_TARGET_AVX512 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_
 /// them in a zeroed stack array (two `rep stos` of 768 bytes per call) and moved them through it
 /// around the loop: so kc < 1 is handled apart, first, and micro32_tile starts from zero or from c
 /// as compiled (one Granite Rapids core, the FP8 block dots' 12 x 128 tile against 32-row panels
-/// with the epilogue: 160 -> 168 GFLOP/s from L2, 170 -> 175 in L1; the slice's fast prefill 153.6
-/// -> 158.1 tokens/s).
+/// with the epilogue: 160 -> 168 GFLOP/s from L2, 170 -> 175 in L1; the slice's 512-token prefill,
+/// two alternating runs: fast 153.5 / 154.0 -> 157.2 / 157.7 tokens/s, exact (micro16d) 77.9 / 77.5
+/// -> 83.1 / 83.4).
 template <int MR, bool kRounded, bool kPairSwap, int kLda, int kLdb, bool kScaled, bool kAccumulate>
 DSV32_TARGET_AVX512 void micro32_tile(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
                                       float* c, std::int64_t ldc, const float* scale, int n) {
@@ -308,7 +309,7 @@ DSV32_TARGET_AVX512_BF16 inline void fp8_pair_dots_bf16(int mr, const std::uint3
 /// c[i][0..16) = sum_k a[i * lda + k] b[k][0..16) in double, i < MR.
 template <int MR>
 DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
-  if (kc < 1) {  // (apart, so that GCC knows the loop below runs: see micro32)
+  if (kc < 1) {  // (apart, so that GCC knows the loop below runs: see micro32_tile)
     for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 16, 0.0);
     return;
   }
