@@ -130,12 +130,14 @@ DSV32_TARGET_AVX2 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t 
 }
 
 /// c[i][0..16) (+)= sum_k a[i * lda + k] b[k][0..16) for i < MR, in increasing k or, kPairSwap, in
-/// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first). kc < 1 apart and
-/// the start compiled in, as in the AVX-512 micro32_tile (else GCC keeps the accumulators on the
-/// stack).
-template <int MR, bool kRounded, bool kPairSwap, bool kAccumulate>
+/// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first; kc even). kc < 1
+/// apart and the start compiled in, as in the AVX-512 micro32_tile (else GCC keeps the accumulators
+/// on the stack); kLda / kLdb: the strides compiled in (0: lda / ldb), the pair-swapped loop then
+/// stepping a column pair at a time, as there.
+template <int MR, bool kRounded, bool kPairSwap, bool kAccumulate, int kLda = 0, int kLdb = 0>
 DSV32_TARGET_AVX2 void micro16_tile(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                                     std::int64_t ldc) {
+  const std::int64_t la = kLda ? kLda : lda, lb = kLdb ? kLdb : ldb;
   if (kc < 1) {  // empty sums
     if (!kAccumulate)
       for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 16, 0.0f);
@@ -146,17 +148,19 @@ DSV32_TARGET_AVX2 void micro16_tile(int kc, const float* a, std::int64_t lda, co
     c0[i] = kAccumulate ? _mm256_loadu_ps(c + i * ldc) : _mm256_setzero_ps();
     c1[i] = kAccumulate ? _mm256_loadu_ps(c + i * ldc + 8) : _mm256_setzero_ps();
   }
-  for (int kk = 0; kk < kc; ++kk) {
-    const int k = kPairSwap ? kk ^ 1 : kk;
-    const __m256 b0 = _mm256_loadu_ps(b + k * ldb), b1 = _mm256_loadu_ps(b + k * ldb + 8);
-    for (int i = 0; i < MR; ++i) {
-      const __m256 ai = _mm256_broadcast_ss(a + i * lda + k);
-      if constexpr (kRounded) {
-        c0[i] = _mm256_add_ps(c0[i], opaque(_mm256_mul_ps(ai, b0)));
-        c1[i] = _mm256_add_ps(c1[i], opaque(_mm256_mul_ps(ai, b1)));
-      } else {
-        c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
-        c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+  constexpr int kStep = kPairSwap ? 2 : 1;
+  for (int kk = 0; kk < kc; kk += kStep, a += kStep, b += kStep * lb) {
+    for (int q = kStep - 1; q >= 0; --q) {  // the pair's odd column first
+      const __m256 b0 = _mm256_loadu_ps(b + q * lb), b1 = _mm256_loadu_ps(b + q * lb + 8);
+      for (int i = 0; i < MR; ++i) {
+        const __m256 ai = _mm256_broadcast_ss(a + i * la + q);
+        if constexpr (kRounded) {
+          c0[i] = _mm256_add_ps(c0[i], opaque(_mm256_mul_ps(ai, b0)));
+          c1[i] = _mm256_add_ps(c1[i], opaque(_mm256_mul_ps(ai, b1)));
+        } else {
+          c0[i] = _mm256_fmadd_ps(ai, b0, c0[i]);
+          c1[i] = _mm256_fmadd_ps(ai, b1, c1[i]);
+        }
       }
     }
   }
@@ -166,22 +170,22 @@ DSV32_TARGET_AVX2 void micro16_tile(int kc, const float* a, std::int64_t lda, co
   }
 }
 
-template <int MR, bool kRounded, bool kPairSwap = false>
+template <int MR, bool kRounded, bool kPairSwap = false, int kLda = 0, int kLdb = 0>
 DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
                                std::int64_t ldc, bool accumulate) {
-  if (accumulate) micro16_tile<MR, kRounded, kPairSwap, true>(kc, a, lda, b, ldb, c, ldc);
-  else micro16_tile<MR, kRounded, kPairSwap, false>(kc, a, lda, b, ldb, c, ldc);
+  if (accumulate) micro16_tile<MR, kRounded, kPairSwap, true, kLda, kLdb>(kc, a, lda, b, ldb, c, ldc);
+  else micro16_tile<MR, kRounded, kPairSwap, false, kLda, kLdb>(kc, a, lda, b, ldb, c, ldc);
 }
 
-template <bool kRounded, bool kPairSwap = false>
+template <bool kRounded, bool kPairSwap = false, int kLda = 0, int kLdb = 0>
 DSV32_TARGET_AVX2 void micro16_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
                                    bool accumulate) {
   int i = 0;
   for (; i + 6 <= mr; i += 6)
-    micro16<6, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-  if (mr - i >= 4) micro16<4, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
-  if (mr - i >= 2) micro16<2, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
-  if (mr - i >= 1) micro16<1, kRounded, kPairSwap>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+    micro16<6, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
+  if (mr - i >= 4) micro16<4, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
+  if (mr - i >= 2) micro16<2, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
+  if (mr - i >= 1) micro16<1, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
 }
 
 DSV32_TARGET_AVX2 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
@@ -193,10 +197,12 @@ DSV32_TARGET_AVX2 inline void micro_rounded_products(int mr, int kc, const float
   micro16_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
 }
 
-/// GemmOps::fp8_value_dots: the panel order on FMAs, 6 x 16 tiles.
+/// GemmOps::fp8_value_dots: the panel order on FMAs, 6 x 16 tiles (the drivers' x tiles are 128
+/// values a row: that stride compiled in).
 DSV32_TARGET_AVX2 inline void fp8_value_dots(int mr, const float* a, std::int64_t lda, const float* b, float* dot,
                                              std::int64_t ldd) {
-  micro16_any<false, true>(mr, 128, a, lda, b, 16, dot, ldd, false);
+  if (lda == 128) micro16_any<false, true, 128, 16>(mr, 128, a, lda, b, 16, dot, ldd, false);
+  else micro16_any<false, true>(mr, 128, a, lda, b, 16, dot, ldd, false);
 }
 
 /// c[i][0..8) = sum_k a[i * lda + k] b[k][0..8) in double, i < MR.
