@@ -230,6 +230,13 @@ bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   return true;
 }
 
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i])) return false;
+  return true;
+}
+
 
 
 }  // namespace
@@ -530,6 +537,69 @@ TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows(_f32), every ISA: f32 outpu
   else MESSAGE("no ISA here has GemmOps::e4m3_panel_rows (AVX-512 VBMI): only the row order's kernels tested");
 }
 
+TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64, every ISA: f32 outputs bit-identical to the exact block dots") {
+  // The exact decode kernels' own f32 outputs against their definition: per block the exact dot
+  // (a double sum of exact products, any order) rounded to f32, times the f32 product of the scales,
+  // added to what out holds; blocks in two calls. Every code (subnormal ones, +-0, 0x7F / 0xFF as
+  // +-480) in weights and x (no NaN codes in x); rows 13 and 37 end in partial 8-row groups; rows of
+  // 1152 columns take the next-group hints (rows <= 2048 columns), rows of 2176 do not.
+  std::mt19937 gen(43);
+  std::uniform_int_distribution<int> any_code(0, 255);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  int panel_kernels = 0;
+  for (const int KB : {9, 17})
+    for (const int M : {1, 2, 4, 5, 6, 7, 8})
+      for (const int rows : {1, 8, 13, 37}) {
+        const int K = 128 * KB;
+        std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K)), wq(static_cast<std::size_t>(rows * K));
+        for (auto& c : xq)
+          do c = static_cast<std::uint8_t>(any_code(gen));
+          while ((c & 0x7F) == 0x7F);
+        for (auto& c : wq) c = static_cast<std::uint8_t>(any_code(gen));
+        std::vector<float> xs(static_cast<std::size_t>(M * KB)), ws(static_cast<std::size_t>(KB));
+        std::vector<float> start(static_cast<std::size_t>(M * rows));
+        for (auto& v : xs) v = unit(gen);
+        for (auto& v : ws) v = unit(gen);
+        for (auto& v : start) v = unit(gen) - 1.25f;
+        std::vector<double> xd(static_cast<std::size_t>(M * K)), xv(xd.size());  // rows x 2^512; columns side by side
+        for (int m = 0; m < M; ++m)
+          for (int k = 0; k < K; ++k) {
+            xd[m * K + k] = std::ldexp(e4m3_value(xq[m * K + k]), 512);
+            xv[k * M + m] = e4m3_value(xq[m * K + k]);
+          }
+        std::vector<float> expected = start;
+        for (int m = 0; m < M; ++m)
+          for (int r = 0; r < rows; ++r)
+            for (int kb = 0; kb < KB; ++kb) {
+              double dot = 0.0;  // exact
+              for (int c = 0; c < 128; ++c) dot += e4m3_value(xq[m * K + kb * 128 + c]) * e4m3_value(wq[r * K + kb * 128 + c]);
+              volatile float p = static_cast<float>(dot) * (xs[m * KB + kb] * ws[kb]);
+              expected[m * rows + r] += p;
+            }
+        for (cpu::Isa isa : isas_here()) {
+          IsaScope scope(isa);
+          CAPTURE(cpu::isa_name(isa));
+          CAPTURE(KB);
+          CAPTURE(M);
+          CAPTURE(rows);
+          const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+          std::vector<float> out = start;
+          for (const auto& [kb0, kb1] : {std::pair{0, 2}, std::pair{2, KB}})
+            ops.e4m3_rows(M, rows, kb0, kb1, xd.data(), K, xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
+          CHECK(same_bits(out, expected));
+          if (!ops.e4m3_panel_rows_f64) continue;
+          ++panel_kernels;
+          out = start;
+          for (const auto& [kb0, kb1] : {std::pair{0, 2}, std::pair{2, KB}})
+            ops.e4m3_panel_rows_f64(M, rows, kb0, kb1, xv.data(), xs.data(), KB, wq.data(), K, ws.data(), out.data(),
+                                    rows);
+          CHECK(same_bits(out, expected));
+        }
+      }
+  if (cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi()) CHECK(panel_kernels > 0);
+  else MESSAGE("no ISA here has GemmOps::e4m3_panel_rows_f64 (AVX-512 VBMI): only e4m3_rows tested");
+}
+
 #if defined(__SSE__)
 // Sets MXCSR's bits on this thread and on every OpenMP thread, restores the previous values after.
 struct MxcsrScope {
@@ -700,7 +770,7 @@ TEST_CASE("cpu::linear: E4M3 weights over the whole code range, the NaN codes 0x
     for (int i = 0; i < 128; ++i) w.codes[c * 128 + i] = static_cast<std::uint8_t>(c);
   w.scale = {1.0f, 1.0f};
   const std::vector<bf16> x(128, bf16(1.0f));
-  for (std::int64_t m : {1, 12}) {  // the decode and the packed kernels
+  for (std::int64_t m : {1, 6, 12}) {  // the decode kernels (lanes along k; over weight rows) and the packed ones
     std::vector<bf16> xm;
     for (std::int64_t r = 0; r < m; ++r) xm.insert(xm.end(), x.begin(), x.end());
     // both modes: 128 equal products sum exactly in f32 too

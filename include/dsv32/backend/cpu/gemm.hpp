@@ -340,10 +340,17 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     // fast mode: f32 block dots in the row order (simd/gemm_ops.hpp), x as bf16 pairs in slot order,
     // or in the panel order, x as bf16 pairs in column order or as f32 values, rows side by side.
     const bool exact = mode == Fp8Accumulation::exact;
+    // exact mode from kE4m3PanelF64MinRows rows on: lanes over the weight rows where the table has
+    // that kernel (the same bits: each block's dot is exact)
+    const bool exact_panel = exact && M >= simd::kE4m3PanelF64MinRows && ops.e4m3_panel_rows_f64;
     double* xd = nullptr;
     std::uint32_t* xp = nullptr;
     float* xf = nullptr;
-    if (exact) {
+    if (exact_panel) {
+      xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
+      for (std::int64_t m = 0; m < M; ++m)
+        for (std::int64_t k = 0; k < K; ++k) xd[k * M + m] = kE4m3Decode[xq[m * K + k]];
+    } else if (exact) {
       xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
       ops.widen_e4m3_f64(xq, M * K, xd);
       for (std::int64_t i = 0; i < M * K; ++i) xd[i] *= simd::kE4m3RowsXScale;
@@ -363,7 +370,7 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     while (rows > 8 && (N + rows - 1) / rows < 8 * num_threads()) rows /= 2;
     // x blocks of one pass stay in L2 (the panel-order kernel takes all of x's rows against each
     // weight group in one pass: 8 rows of x as pairs, 2 K bytes each, fit in L2 whole)
-    const std::int64_t kb_step = panel_order ? KB : std::max<std::int64_t>(1, 256 / M);
+    const std::int64_t kb_step = panel_order || exact_panel ? KB : std::max<std::int64_t>(1, 256 / M);
     parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
       const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
       float* out = gemm_scratch<float>(2, static_cast<std::size_t>(M * rows));
@@ -371,7 +378,10 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
       const float* ws = w.scale + (n0 / kBlockSize) * sc;
       for (std::int64_t kb = 0; kb < KB; kb += kb_step) {
         const std::int64_t kb1 = std::min(KB, kb + kb_step);
-        if (exact)
+        if (exact_panel)
+          ops.e4m3_panel_rows_f64(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xd, xs, KB, wq + n0 * K, K,
+                                  ws, out, rows);
+        else if (exact)
           ops.e4m3_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xd, K, xs, KB, wq + n0 * K, K, ws, out,
                         rows);
         else if (panel_f32)

@@ -1106,6 +1106,118 @@ DSV32_TARGET_AVX512_VBMI inline void e4m3_panel_rows_f32(int M, int rows, std::i
                      const float* wsg, int valid, float* o) { kernel(blocks, x, s, ldxs, wg, ld, wsg, valid, o, ldo); });
 }
 
+/// The top two bytes of double(|value|) of E4M3 codes 0..127 (0x7F reading as 480; the other 48
+/// bits of each such double are zero): e4m3_panel8_f64's lookup tables. Every E4M3 value, the
+/// subnormal ones included, is a normal double.
+struct E4m3F64Bytes {
+  alignas(64) std::uint8_t lo[128];  ///< bits 48..55
+  alignas(64) std::uint8_t hi[128];  ///< bits 56..63
+};
+inline const E4m3F64Bytes& e4m3_f64_bytes() {
+  static const E4m3F64Bytes t = [] {
+    E4m3F64Bytes b{};
+    for (int c = 0; c < 128; ++c) {
+      const auto bits = std::bit_cast<std::uint64_t>(static_cast<double>(kE4m3Weight[c]));
+      b.lo[c] = static_cast<std::uint8_t>(bits >> 48);
+      b.hi[c] = static_cast<std::uint8_t>(bits >> 56);
+    }
+    return b;
+  }();
+  return t;
+}
+
+/// VPERMT2B indices that make column i (0..7) of 8 weight rows a vector of doubles: from `lo` and
+/// `hi` (byte 8 r + i: row r's column i looked up), byte 6 of qword lane r takes lo's and byte 7
+/// hi's (the other bytes are zeroed by the caller's mask).
+struct E4m3F64Place {
+  alignas(64) std::uint8_t idx[8][64];
+};
+inline const E4m3F64Place& e4m3_f64_place() {
+  static const E4m3F64Place p = [] {
+    E4m3F64Place q{};
+    for (int i = 0; i < 8; ++i)
+      for (int r = 0; r < 8; ++r) {
+        q.idx[i][8 * r + 6] = static_cast<std::uint8_t>(8 * r + i);
+        q.idx[i][8 * r + 7] = static_cast<std::uint8_t>(64 + 8 * r + i);
+      }
+    return q;
+  }();
+  return p;
+}
+
+/// The exact small-M FP8 product (GemmOps::e4m3_panel_rows_f64) for MT x rows against 8 weight rows,
+/// lanes running over the weight rows: per 8 columns one gather takes the rows' 8 codes (qword lane
+/// r: row r's), two byte lookups give the top two bytes of each code's value as a double (exact,
+/// normal: no subnormal operand ever reaches an FMA — the bit-placement kernel e4m3_blocks makes
+/// E4M3's subnormal codes subnormal doubles, which cost a microcode assist per FMA on Intel cores),
+/// and per column one VPERMT2B places them in the 8 lanes; MT FMAs per column, x broadcast from
+/// memory (xv: the MT rows of each column side by side). A block's sums are exact in any order
+/// (double holds every partial sum of 128 E4M3 products), so they equal e4m3_rows' bit for bit;
+/// per block out[m] += f32(dot) * (x scale * weight scale), the multiply and the add rounded apart.
+/// Arguments start at the first block (xv, xs, w, ws); rows past `valid` are neither read nor
+/// written. `ahead`: hint the block at that offset from each row (the next row group where rows are
+/// short), 0 for none.
+template <int MT>
+DSV32_TARGET_AVX512_VBMI void e4m3_panel8_f64(std::int64_t blocks, const double* xv, const float* xs,
+                                              std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                                              const float* ws, int valid, float* out, std::int64_t ldo,
+                                              std::int64_t ahead) {
+  const E4m3F64Bytes& lut = e4m3_f64_bytes();
+  const __m512i tl0 = _mm512_load_si512(lut.lo), tl1 = _mm512_load_si512(lut.lo + 64);
+  const __m512i th0 = _mm512_load_si512(lut.hi), th1 = _mm512_load_si512(lut.hi + 64);
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i row_offsets = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(ldw));
+  const __mmask8 lanes = static_cast<__mmask8>(valid >= 8 ? 0xFF : (1u << valid) - 1u);
+  constexpr __mmask64 top_bytes = 0xC0C0C0C0C0C0C0C0ull;
+  const auto& place = e4m3_f64_place().idx;
+  for (std::int64_t kb = 0; kb < blocks; ++kb) {
+    if (ahead)
+      for (int r = 0; r < valid; ++r) prefetch_block(w + r * ldw, ahead + kb * 128);
+    __m512d acc[MT];
+    for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_pd();
+    for (int c0 = 0; c0 < 128; c0 += 8) {
+      const __m512i codes =
+          _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), lanes, row_offsets, w + kb * 128 + c0, 1);
+      const __m512i lo = _mm512_permutex2var_epi8(tl0, codes, tl1);
+      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, codes, th1), codes, sign, 0xF8);
+      const double* x = xv + (kb * 128 + c0) * MT;
+#if !defined(__CUDACC__)
+#pragma GCC unroll 8
+#endif
+      for (int i = 0; i < 8; ++i) {
+        const __m512d wv =
+            _mm512_castsi512_pd(_mm512_maskz_permutex2var_epi8(top_bytes, lo, _mm512_load_si512(place[i]), hi));
+        for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_pd(wv, _mm512_set1_pd(x[i * MT + m]), acc[m]);
+      }
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m256 p = opaque(_mm256_mul_ps(_mm512_cvtpd_ps(acc[m]), _mm256_set1_ps(xs[m * ldxs + kb] * ws[kb])));
+      float* o = out + m * ldo;
+      _mm256_mask_storeu_ps(o, lanes, _mm256_add_ps(_mm256_maskz_loadu_ps(lanes, o), p));
+    }
+  }
+}
+
+/// GemmOps::e4m3_panel_rows_f64: e4m3_panel8_f64 over 8-row groups, the next group's blocks hinted
+/// where rows are short.
+DSV32_TARGET_AVX512_VBMI inline void e4m3_panel_rows_f64(int M, int rows, std::int64_t kb0, std::int64_t kb1,
+                                                         const double* xv, const float* xs, std::int64_t ldxs,
+                                                         const std::uint8_t* w, std::int64_t ldw, const float* ws,
+                                                         float* out, std::int64_t ldo) {
+  using Kernel = void (*)(std::int64_t, const double*, const float*, std::int64_t, const std::uint8_t*, std::int64_t,
+                          const float*, int, float*, std::int64_t, std::int64_t);
+  static constexpr Kernel kernels[8] = {e4m3_panel8_f64<1>, e4m3_panel8_f64<2>, e4m3_panel8_f64<3>,
+                                        e4m3_panel8_f64<4>, e4m3_panel8_f64<5>, e4m3_panel8_f64<6>,
+                                        e4m3_panel8_f64<7>, e4m3_panel8_f64<8>};
+  const Kernel kernel = kernels[M - 1];
+  for (int g0 = 0; g0 < rows; g0 += 8) {
+    const int valid = rows - g0 < 8 ? rows - g0 : 8;
+    const std::int64_t ahead = ldw <= kPanelPrefetchMaxK && rows - g0 >= 16 ? 8 * ldw : 0;
+    kernel(kb1 - kb0, xv + kb0 * 128 * M, xs + kb0, ldxs, w + g0 * ldw + kb0 * 128, ldw, ws + kb0, valid, out + g0,
+           ldo, ahead);
+  }
+}
+
 }  // namespace dsv32::cpu::simd::avx512
 
 namespace dsv32::cpu::simd {
@@ -1141,8 +1253,12 @@ inline const GemmOps& avx512_ops() {
     // the fast FP8 small-M kernels look codes up with VBMI; without it (Skylake-SP, Cascade Lake)
     // the AVX2 table's, the same bits
     o.e4m3_pair_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_pair_rows<false> : avx2::e4m3_pair_rows;
-    if (cpu_has_avx512_vbmi()) o.e4m3_panel_rows_f32 = avx512::e4m3_panel_rows_f32;
-    else o.e4m3_panel_rows = avx2::e4m3_panel_rows;
+    if (cpu_has_avx512_vbmi()) {
+      o.e4m3_panel_rows_f32 = avx512::e4m3_panel_rows_f32;
+      o.e4m3_panel_rows_f64 = avx512::e4m3_panel_rows_f64;
+    } else {
+      o.e4m3_panel_rows = avx2::e4m3_panel_rows;
+    }
     return o;
   }();
   return ops;

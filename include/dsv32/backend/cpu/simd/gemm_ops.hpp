@@ -143,6 +143,14 @@ struct GemmOps {
                     const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
                     float* out, std::int64_t ldo) = nullptr;
 
+  /// e4m3_rows with x given as exact E4M3 values in double (not scaled), the M rows of each column
+  /// side by side (xv[k M + m] holds x[m][k], k from 0), for a kernel whose vector lanes run over the
+  /// weight rows (optional: null where the table has none). The same bits as e4m3_rows: each block's
+  /// dot is exact in either kernel.
+  void (*e4m3_panel_rows_f64)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xv,
+                              const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                              const float* ws, float* out, std::int64_t ldo) = nullptr;
+
   /// The small-M fast FP8 product (the row order of the file comment), weight rows streamed once:
   /// for m < M (<= 8), r < rows and blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) *
   /// (xs[m][kb] * ws[kb]). x is given as bf16 pairs in slot order (xp[m][64 kb + s] holds column
@@ -181,6 +189,14 @@ inline bool e4m3_scale_exact(float scale) noexcept {
 
 /// \brief The most rows of x whose fast FP8 product takes the row order (more: the panel order).
 inline constexpr int kFp8RowOrderMaxRows = 4;
+
+/// \brief The fewest rows of x whose exact FP8 product takes GemmOps::e4m3_panel_rows_f64 where the
+///        table has it (fewer: e4m3_rows). Two cores of a Granite Rapids host, 18432 x 7168 weights
+///        streamed, GMAC/s of e4m3_rows -> e4m3_panel_rows_f64: 1 row 14.3 -> 7.8, 2 rows 21.4 -> 17.6,
+///        3 rows 16-25 -> 26-27, 4 rows 31 -> 31-33, 8 rows 28 -> 43-45; with 1 code in 1000 subnormal
+///        (e4m3_rows' operands then include subnormal doubles: a microcode assist per FMA) 4 rows 19 ->
+///        31, 8 rows 17 -> 45.
+inline constexpr int kE4m3PanelF64MinRows = 3;
 
 /// \brief 2^512: the factor the small-M FP8 kernel's x values carry (see GemmOps::e4m3_rows).
 inline constexpr double kE4m3RowsXScale = 0x1p512;
