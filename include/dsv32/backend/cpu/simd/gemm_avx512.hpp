@@ -1145,18 +1145,41 @@ inline const E4m3F64Place& e4m3_f64_place() {
   return p;
 }
 
+/// 8 x 8 qword transpose in registers: r[i] holds row i's qwords 0..7; afterwards lane i of r[j]
+/// holds row i's qword j.
+DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void transpose8q(__m512i r[8]) {
+  __m512i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {  // t[2i]: (r2i, r2i+1) qwords 0, 2, 4, 6 pairwise; t[2i+1]: 1, 3, 5, 7
+    t[2 * i] = _mm512_unpacklo_epi64(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi64(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int o = 0; o < 2; ++o) {  // 128-bit lanes 0 and 2, then 1 and 3, of two row pairs
+      u[4 * i + o] = _mm512_shuffle_i64x2(t[4 * i + o], t[4 * i + 2 + o], 0x88);
+      u[4 * i + 2 + o] = _mm512_shuffle_i64x2(t[4 * i + o], t[4 * i + 2 + o], 0xDD);
+    }
+  for (int i = 0; i < 2; ++i)
+    for (int o = 0; o < 2; ++o) {
+      r[o + 2 * i] = _mm512_shuffle_i64x2(u[2 * i + o], u[4 + 2 * i + o], 0x88);
+      r[o + 2 * i + 4] = _mm512_shuffle_i64x2(u[2 * i + o], u[4 + 2 * i + o], 0xDD);
+    }
+}
+
 /// The exact small-M FP8 product (GemmOps::e4m3_panel_rows_f64) for MT x rows against 8 weight rows,
-/// lanes running over the weight rows: per 8 columns one gather takes the rows' 8 codes (qword lane
-/// r: row r's), two byte lookups give the top two bytes of each code's value as a double (exact,
-/// normal: no subnormal operand ever reaches an FMA — the bit-placement kernel e4m3_blocks makes
-/// E4M3's subnormal codes subnormal doubles, which cost a microcode assist per FMA on Intel cores),
-/// and per column one VPERMT2B places them in the 8 lanes; MT FMAs per column, x broadcast from
-/// memory (xv: the MT rows of each column side by side). A block's sums are exact in any order
-/// (double holds every partial sum of 128 E4M3 products), so they equal e4m3_rows' bit for bit;
-/// per block out[m] += f32(dot) * (x scale * weight scale), the multiply and the add rounded apart.
-/// Arguments start at the first block (xv, xs, w, ws); rows past `valid` are neither read nor
-/// written. `ahead`: hint the block at that offset from each row (the next row group where rows are
-/// short), 0 for none.
+/// lanes running over the weight rows: per 64 columns the 8 rows' codes are loaded and transposed in
+/// registers (transpose8q: qword lane r of vector j holds row r's columns 8 j .. 8 j + 7); per 8
+/// columns two byte lookups give the top two bytes of each code's value as a double (exact and
+/// normal: no subnormal operand ever reaches an FMA — e4m3_blocks' bit placement makes E4M3's
+/// subnormal codes subnormal doubles, which cost a microcode assist per FMA on Intel cores), and per
+/// column one VPERMT2B places them in the 8 lanes; MT FMAs per column, x broadcast from memory (xv:
+/// the MT rows of each column side by side). A block's sums are exact in any order (double holds
+/// every partial sum of 128 E4M3 products), so they equal e4m3_rows' bit for bit; per block out[m]
+/// += f32(dot) * (x scale * weight scale), the multiply and the add rounded apart. Arguments start
+/// at the first block (xv, xs, w, ws); rows past `valid` are read from row 0 and not written.
+/// `ahead`: hint the block at that offset from each row (the next row group where rows are short),
+/// 0 for none. (A gather of the 8 rows' qwords per 8 columns instead of the loads and transposes
+/// measured the same within a Granite Rapids host's noise, but gathers are slow where Downfall's
+/// microcode mitigation runs (Ice Lake) and on AMD cores.)
 template <int MT>
 DSV32_TARGET_AVX512_VBMI void e4m3_panel8_f64(std::int64_t blocks, const double* xv, const float* xs,
                                               std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
@@ -1166,28 +1189,33 @@ DSV32_TARGET_AVX512_VBMI void e4m3_panel8_f64(std::int64_t blocks, const double*
   const __m512i tl0 = _mm512_load_si512(lut.lo), tl1 = _mm512_load_si512(lut.lo + 64);
   const __m512i th0 = _mm512_load_si512(lut.hi), th1 = _mm512_load_si512(lut.hi + 64);
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i row_offsets = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(ldw));
   const __mmask8 lanes = static_cast<__mmask8>(valid >= 8 ? 0xFF : (1u << valid) - 1u);
   constexpr __mmask64 top_bytes = 0xC0C0C0C0C0C0C0C0ull;
   const auto& place = e4m3_f64_place().idx;
+  const std::uint8_t* wr[8];
+  for (int r = 0; r < 8; ++r) wr[r] = w + (r < valid ? r : 0) * ldw;
   for (std::int64_t kb = 0; kb < blocks; ++kb) {
     if (ahead)
       for (int r = 0; r < valid; ++r) prefetch_block(w + r * ldw, ahead + kb * 128);
     __m512d acc[MT];
     for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_pd();
-    for (int c0 = 0; c0 < 128; c0 += 8) {
-      const __m512i codes =
-          _mm512_mask_i64gather_epi64(_mm512_setzero_si512(), lanes, row_offsets, w + kb * 128 + c0, 1);
-      const __m512i lo = _mm512_permutex2var_epi8(tl0, codes, tl1);
-      const __m512i hi = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, codes, th1), codes, sign, 0xF8);
-      const double* x = xv + (kb * 128 + c0) * MT;
+    for (int c64 = 0; c64 < 128; c64 += 64) {
+      __m512i codes[8];
+      for (int r = 0; r < 8; ++r) codes[r] = _mm512_loadu_si512(wr[r] + kb * 128 + c64);
+      transpose8q(codes);
+      for (int j = 0; j < 8; ++j) {
+        const __m512i lo = _mm512_permutex2var_epi8(tl0, codes[j], tl1);
+        const __m512i hi =
+            _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(th0, codes[j], th1), codes[j], sign, 0xF8);
+        const double* x = xv + (kb * 128 + c64 + 8 * j) * MT;
 #if !defined(__CUDACC__)
 #pragma GCC unroll 8
 #endif
-      for (int i = 0; i < 8; ++i) {
-        const __m512d wv =
-            _mm512_castsi512_pd(_mm512_maskz_permutex2var_epi8(top_bytes, lo, _mm512_load_si512(place[i]), hi));
-        for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_pd(wv, _mm512_set1_pd(x[i * MT + m]), acc[m]);
+        for (int i = 0; i < 8; ++i) {
+          const __m512d wv =
+              _mm512_castsi512_pd(_mm512_maskz_permutex2var_epi8(top_bytes, lo, _mm512_load_si512(place[i]), hi));
+          for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_pd(wv, _mm512_set1_pd(x[i * MT + m]), acc[m]);
+        }
       }
     }
     for (int m = 0; m < MT; ++m) {
