@@ -368,8 +368,9 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     }
     std::int64_t rows = 64;  // a power of two, so that a task never straddles two 128-row scale blocks
     while (rows > 8 && (N + rows - 1) / rows < 8 * num_threads()) rows /= 2;
-    // x blocks of one pass stay in L2 (the panel-order kernel takes all of x's rows against each
-    // weight group in one pass: 8 rows of x as pairs, 2 K bytes each, fit in L2 whole)
+    // x blocks of one pass stay in L2 (the panel-order kernels take all of x's rows against each
+    // weight group in one pass: 8 rows of x as pairs, 2 K bytes each, fit in L2 whole; as doubles,
+    // 8 K bytes each, up to 1.2 MB at the slice's widest K, 18432: within a 2 MB L2)
     const std::int64_t kb_step = panel_order || exact_panel ? KB : std::max<std::int64_t>(1, 256 / M);
     parallel_for((N + rows - 1) / rows, (M + 1) * rows * K, [&](std::int64_t t) {
       const std::int64_t n0 = t * rows, cols = std::min(rows, N - n0);
