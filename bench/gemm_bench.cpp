@@ -2,7 +2,10 @@
 // (E4M3 + 128x128 block scales, both accumulation modes) weights, decode (M = 1), batched decode
 // (M = 8) and prefill (M = 128), and the bf16 output head at M = 1 and 8 — in GFLOP/s and weight
 // GB/s, medians over repetitions.
-//   dsv32-bench-gemm [reps]
+//   dsv32-bench-gemm [reps] [--subnormal-share P]
+// --subnormal-share P: that share of the FP8 weight codes replaced by random subnormal codes (the
+// random weights' own share, a Gaussian per block quantized with a fixed scale, is ~1e-4): kernels
+// that widen codes through subnormal doubles pay a microcode assist per FMA on Intel cores.
 #include <dsv32/dsv32.hpp>
 
 #include <cstdio>
@@ -16,7 +19,26 @@
 int main(int argc, char** argv) {
   using namespace dsv32;
   ExecutionContext<Cpu> ctx;
-  const int reps = argc > 1 ? std::atoi(argv[1]) : 5;
+  int reps = 5;
+  double subnormal_share = 0.0;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--subnormal-share" && i + 1 < argc) {
+      char* end = nullptr;
+      subnormal_share = std::strtod(argv[++i], &end);
+      if (end == argv[i] || *end != '\0') subnormal_share = -1.0;  // not a number: refused below
+    } else if (a.find_first_not_of("0123456789") == std::string::npos && std::atoi(a.c_str()) > 0) {
+      reps = std::atoi(a.c_str());
+    } else {
+      std::fprintf(stderr, "usage: dsv32-bench-gemm [reps >= 1] [--subnormal-share P]  (got '%s')\n", a.c_str());
+      return 2;
+    }
+  }
+  if (!(subnormal_share >= 0.0 && subnormal_share <= 1.0)) {
+    std::fprintf(stderr, "dsv32-bench-gemm: --subnormal-share takes a number in [0, 1]\n");
+    return 2;
+  }
+  std::uniform_real_distribution<double> unit(0.0, 1.0);
   struct Shape2 { const char* name; std::int64_t out, in; };
   const Shape2 shapes[] = {{"wq_a 7168->1536", 1536, 7168}, {"expert w1 7168->2048", 2048, 7168},
                            {"expert w2 2048->7168", 7168, 2048}, {"wo 16384->7168", 7168, 16384}};
@@ -32,6 +54,9 @@ int main(int argc, char** argv) {
       wb[i] = bf16(v);
       wq[i] = encode_e4m3(v * 448.0f * 20.0f);
     }
+    if (subnormal_share > 0.0)  // E4M3 subnormals: exponent field 0, mantissa 1..7, either sign
+      for (auto& c : wq)
+        if (unit(gen) < subnormal_share) c = static_cast<std::uint8_t>((gen() & 0x80u) | (1u + gen() % 7u));
     for (std::int64_t m : {1, 8, 128}) {  // decode, batched decode, prefill
       std::vector<bf16> x(static_cast<std::size_t>(m * s.in)), y(static_cast<std::size_t>(m * s.out));
       for (auto& v : x) v = bf16(normal(gen));
