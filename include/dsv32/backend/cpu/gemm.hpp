@@ -346,18 +346,20 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     double* xd = nullptr;
     std::uint32_t* xp = nullptr;
     float* xf = nullptr;
-    if (exact_panel) {
-      xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
+    // x's exact values, the M rows of each column side by side (the lanes-over-rows kernels' layout)
+    auto side_by_side = [&](auto* out) {
       for (std::int64_t m = 0; m < M; ++m)
-        for (std::int64_t k = 0; k < K; ++k) xd[k * M + m] = kE4m3Decode[xq[m * K + k]];
+        for (std::int64_t k = 0; k < K; ++k) out[k * M + m] = kE4m3Decode[xq[m * K + k]];
+      return out;
+    };
+    if (exact_panel) {
+      xd = side_by_side(gemm_scratch<double>(0, static_cast<std::size_t>(M * K)));
     } else if (exact) {
       xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
       ops.widen_e4m3_f64(xq, M * K, xd);
       for (std::int64_t i = 0; i < M * K; ++i) xd[i] *= simd::kE4m3RowsXScale;
     } else if (panel_f32) {
-      xf = gemm_scratch<float>(0, static_cast<std::size_t>(M * K));
-      for (std::int64_t m = 0; m < M; ++m)
-        for (std::int64_t k = 0; k < K; ++k) xf[k * M + m] = kE4m3Decode[xq[m * K + k]];
+      xf = side_by_side(gemm_scratch<float>(0, static_cast<std::size_t>(M * K)));
     } else {
       xp = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(M * K / 2));
       for (std::int64_t i = 0; i < M * KB; ++i)
