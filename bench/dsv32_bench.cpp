@@ -9,7 +9,9 @@
 //   dsv32-bench [--dtype fp8|bf16] [--threads N] [--reps N] [--json] [--checkpoint DIR] ...  (--help)
 //
 // Decode roofline fraction = (bytes one decode step must read: the weights it uses in their stored
-// dtypes with their scales, the cache rows it touches) / step time / triad bandwidth.
+// dtypes with their scales, the cache rows it touches) / step time / triad bandwidth. A batch step
+// reads the routed experts its tokens chose (counted by a watched step) and each sequence's cache
+// rows; "at batch 1's" is the speedup over batch 1 its bytes allow at the batch-1 step's fraction.
 // Prefill FMA fraction = (matrix FLOPs of the prefill) / time / f32 FMA peak.
 #include <dsv32/dsv32.hpp>
 
@@ -308,6 +310,16 @@ struct Figures {
   std::vector<Decode> decode;
   double batch_step_ms = 0, batch_tps = 0, batch1_tps = 0, batch_ratio = 0;
   double batch_fast_step_ms = 0, batch_fast_tps = 0, batch1_fast_tps = 0, batch_fast_ratio = 0;
+  // the batch step's bytes (the experts its routing reads, counted by a watched step in each mode),
+  // its roofline fraction, the batch-1 step's bytes, and the speedup those bytes allow when the batch
+  // step reads at the batch-1 step's roofline fraction: batch x bytes1 / bytes
+  struct BatchBytes {
+    double bytes = 0, roofline = 0, bound = 0;
+    std::vector<std::int64_t> experts;  // distinct routed experts per MoE layer
+  };
+  BatchBytes batch_bytes, batch_fast_bytes;
+  std::int64_t routed_experts = 0;  // per MoE layer
+  double batch1_bytes = 0, batch1_roofline = 0, batch1_fast_roofline = 0;
   double peak_rss = 0;
 };
 
@@ -318,21 +330,53 @@ std::vector<std::int32_t> prompt_tokens(std::int64_t n, std::int64_t vocab, std:
   return t;
 }
 
-/// Bytes a batch-1 decode step at context `ctx` (positions [0, ctx) cached) must read.
+/// Bytes a decode step of `batch` sequences at context `ctx` (positions [0, ctx) cached) must read:
+/// every weight it uses once (the routed experts of MoE layer l: `experts[l]` of them, the distinct
+/// experts its tokens were routed to; empty: the n_activated_experts of a batch-1 step), the
+/// embedding row and the cache rows of each sequence.
 template <class Config, class Model>
-double decode_step_bytes(Model& model, std::int64_t ctx) {
+double decode_step_bytes(Model& model, std::int64_t ctx, std::int64_t batch = 1,
+                         const std::vector<std::int64_t>& experts = {}) {
   double bytes = 0;
   for (const TensorEntry& t : model.tensors()) {
-    if (t.name == "embed.weight") bytes += Config::dim * 2.0;  // one row
-    else if (t.name.find(".ffn.experts.") != std::string::npos)
-      bytes += static_cast<double>(t.bytes) * Config::n_activated_experts / Config::n_routed_experts;
-    else bytes += static_cast<double>(t.bytes);
+    if (t.name == "embed.weight") {
+      bytes += Config::dim * 2.0 * static_cast<double>(batch);  // one row per sequence
+    } else if (t.name.find(".ffn.experts.") != std::string::npos) {
+      const auto layer = static_cast<std::size_t>(std::stoll(t.name.substr(t.name.find('.') + 1)));
+      const double used = experts.empty() ? static_cast<double>(Config::n_activated_experts)
+                                          : static_cast<double>(experts.at(layer));
+      bytes += static_cast<double>(t.bytes) * used / Config::n_routed_experts;
+    } else {
+      bytes += static_cast<double>(t.bytes);
+    }
   }
   const double visible = static_cast<double>(ctx + 1), selected = std::min<double>(visible, Config::index_topk);
   const double per_layer = visible * (Config::index_head_dim + 4.0 * Config::index_head_dim / 128) +
                            selected * (Config::kv_lora_rank + Config::qk_rope_head_dim) * 2.0;
-  return bytes + per_layer * Config::n_layers;
+  return bytes + per_layer * Config::n_layers * static_cast<double>(batch);
 }
+
+/// Counts the distinct routed experts of each MoE layer over a forward call's tokens.
+class RoutedExperts : public ForwardObserver {
+ public:
+  explicit RoutedExperts(std::int64_t layers) : seen_(static_cast<std::size_t>(layers)) {}
+  void on_gate(int layer, MatrixView<const float>, MatrixView<const std::int32_t> experts) override {
+    auto& ids = seen_.at(static_cast<std::size_t>(layer));
+    for (std::int64_t r = 0; r < experts.rows; ++r) ids.insert(ids.end(), experts.row(r), experts.row(r) + experts.cols);
+  }
+  /// Distinct experts per layer (0 for a dense layer).
+  std::vector<std::int64_t> counts() {
+    std::vector<std::int64_t> n;
+    for (auto& ids : seen_) {
+      std::sort(ids.begin(), ids.end());
+      n.push_back(std::unique(ids.begin(), ids.end()) - ids.begin());
+    }
+    return n;
+  }
+
+ private:
+  std::vector<std::vector<std::int32_t>> seen_;
+};
 
 /// Matrix FLOPs of a batch-1 prefill of S tokens from position 0 returning the last logits; with
 /// full_last_block false, the last block's feed-forward counts for the last token only (what the
@@ -396,6 +440,7 @@ template <class Config>
 Figures run(const Options& o, double fma_peak, double bandwidth) {
   Figures f;
   f.config = std::string(Config::name);
+  f.routed_experts = Config::n_routed_experts;
   std::int64_t max_ctx = std::max(o.prefill, o.batch_context) + 1;
   for (std::int64_t c : o.contexts) max_ctx = std::max(max_ctx, c + 1);
   RuntimeOptions ro;
@@ -501,7 +546,25 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
       fs.push_back(batch_step(cpu::Fp8Accumulation::fast));
       fs.push_back(step_at(o.batch_context, cpu::Fp8Accumulation::fast));
     }
+    // the experts each mode's routing reads (a watched step, not timed: every step of the batch
+    // figure rewrites the same cache rows with the same values, so its routing is the same)
+    auto routed = [&](cpu::Fp8Accumulation mode) {
+      RoutedExperts seen(Config::n_layers);
+      in_mode(mode, [&] { model->forward(step, o.batch, o.batch_context, {.observer = &seen}); })();
+      return seen.counts();
+    };
+    f.batch_bytes.experts = routed(default_mode);
+    if (both_modes) f.batch_fast_bytes.experts = routed(cpu::Fp8Accumulation::fast);
     const std::vector<double> s = interleaved_medians_s(o.reps, fs);
+    f.batch1_bytes = decode_step_bytes<Config>(*model, o.batch_context);
+    auto bytes_figures = [&](Figures::BatchBytes& b, double step_s, double batch1_s) {
+      b.bytes = decode_step_bytes<Config>(*model, o.batch_context, o.batch, b.experts);
+      b.roofline = b.bytes / step_s / (bandwidth * 1e9);
+      b.bound = static_cast<double>(o.batch) * f.batch1_bytes / b.bytes;
+      return f.batch1_bytes / batch1_s / (bandwidth * 1e9);
+    };
+    f.batch1_roofline = bytes_figures(f.batch_bytes, s[0], s[1]);
+    if (both_modes) f.batch1_fast_roofline = bytes_figures(f.batch_fast_bytes, s[2], s[3]);
     f.batch_step_ms = 1e3 * s[0];
     f.batch_tps = static_cast<double>(o.batch) / s[0];
     f.batch1_tps = 1.0 / s[1];
@@ -554,11 +617,24 @@ int main(int argc, char** argv) try {
                   "\"fast_ms_per_token\": %.3f, \"fast_roofline_fraction\": %.3f}",
                   i ? ", " : "", static_cast<long long>(f.decode[i].context), f.decode[i].ms, f.decode[i].bytes,
                   f.decode[i].roofline, f.decode[i].fast_ms, f.decode[i].fast_roofline);
+    auto experts_json = [](const std::vector<std::int64_t>& e) {
+      std::string t = "[";
+      for (std::size_t i = 0; i < e.size(); ++i) t += (i ? ", " : "") + std::to_string(e[i]);
+      return t + "]";
+    };
     std::printf("], \"batch\": %lld, \"batch_context\": %lld, \"batch_step_ms\": %.3f, \"batch_tokens_per_s\": %.3f, "
                 "\"batch1_tokens_per_s\": %.3f, \"batch_speedup\": %.3f, \"batch_fast_step_ms\": %.3f, "
-                "\"batch_fast_tokens_per_s\": %.3f, \"batch1_fast_tokens_per_s\": %.3f, \"batch_fast_speedup\": %.3f}\n",
+                "\"batch_fast_tokens_per_s\": %.3f, \"batch1_fast_tokens_per_s\": %.3f, \"batch_fast_speedup\": %.3f, "
+                "\"batch1_bytes_per_step\": %.0f, \"batch1_roofline_fraction\": %.3f, \"batch1_fast_roofline_fraction\": %.3f, "
+                "\"batch_routed_experts\": %s, \"batch_bytes_per_step\": %.0f, \"batch_roofline_fraction\": %.3f, "
+                "\"batch_bytes_bound\": %.3f, \"batch_fast_routed_experts\": %s, \"batch_fast_bytes_per_step\": %.0f, "
+                "\"batch_fast_roofline_fraction\": %.3f, \"batch_fast_bytes_bound\": %.3f}\n",
                 static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_step_ms, f.batch_tps,
-                f.batch1_tps, f.batch_ratio, f.batch_fast_step_ms, f.batch_fast_tps, f.batch1_fast_tps, f.batch_fast_ratio);
+                f.batch1_tps, f.batch_ratio, f.batch_fast_step_ms, f.batch_fast_tps, f.batch1_fast_tps, f.batch_fast_ratio,
+                f.batch1_bytes, f.batch1_roofline, f.batch1_fast_roofline, experts_json(f.batch_bytes.experts).c_str(),
+                f.batch_bytes.bytes, f.batch_bytes.roofline, f.batch_bytes.bound,
+                experts_json(f.batch_fast_bytes.experts).c_str(), f.batch_fast_bytes.bytes, f.batch_fast_bytes.roofline,
+                f.batch_fast_bytes.bound);
     return 0;
   }
   std::printf("dsv32-bench %s, weights %s, %d threads, kernels %s, load %s -> %s\n", f.config.c_str(), f.weights.c_str(),
@@ -591,14 +667,29 @@ int main(int argc, char** argv) try {
                   static_cast<long long>(d.context), d.fast_ms, 1e3 / d.fast_ms, d.fast_roofline,
                   against_first(d.fast_ms, first.fast_ms).c_str());
   }
+  // the batch step's bytes: the routed experts it reads (of the MoE layers'), its roofline fraction,
+  // and the speedup its bytes allow at the batch-1 step's roofline fraction
+  auto batch_bytes = [&](const Figures::BatchBytes& b, double batch1_roofline) {
+    std::string experts;
+    for (std::size_t l = 0; l < b.experts.size(); ++l)
+      if (b.experts[l] > 0) experts += (experts.empty() ? "" : ", ") + std::to_string(b.experts[l]);
+    char text[256];
+    std::snprintf(text, sizeof text,
+                  "; %.3f GB/step (%s of %lld routed experts), roofline fraction %.3f (batch 1: %.3f GB, %.3f): "
+                  "%.2fx at batch 1's",
+                  b.bytes / 1e9, experts.c_str(), static_cast<long long>(f.routed_experts), b.roofline,
+                  f.batch1_bytes / 1e9, batch1_roofline, b.bound);
+    return std::string(text);
+  };
   if (f.batch_step_ms > 0)
-    std::printf("| decode batch %lld @ %lld | %.2f tokens/s (%.1f ms/step) | %.2fx batch 1 (%.2f tokens/s) |\n",
+    std::printf("| decode batch %lld @ %lld | %.2f tokens/s (%.1f ms/step) | %.2fx batch 1 (%.2f tokens/s)%s |\n",
                 static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_tps, f.batch_step_ms,
-                f.batch_ratio, f.batch1_tps);
+                f.batch_ratio, f.batch1_tps, batch_bytes(f.batch_bytes, f.batch1_roofline).c_str());
   if (f.batch_fast_step_ms > 0)
-    std::printf("| decode batch %lld @ %lld (FP8 fast) | %.2f tokens/s (%.1f ms/step) | %.2fx batch 1 (%.2f tokens/s) |\n",
+    std::printf("| decode batch %lld @ %lld (FP8 fast) | %.2f tokens/s (%.1f ms/step) | %.2fx batch 1 (%.2f tokens/s)%s |\n",
                 static_cast<long long>(o.batch), static_cast<long long>(o.batch_context), f.batch_fast_tps,
-                f.batch_fast_step_ms, f.batch_fast_ratio, f.batch1_fast_tps);
+                f.batch_fast_step_ms, f.batch_fast_ratio, f.batch1_fast_tps,
+                batch_bytes(f.batch_fast_bytes, f.batch1_fast_roofline).c_str());
   std::printf("| peak resident memory | %s | %.3fx the memory plan: weights, caches, scratch (%s) |\n", format_bytes(f.peak_rss).c_str(),
               f.peak_rss / budget, format_bytes(budget).c_str());
   std::printf("| weights ready | %.1f s | |\n", f.init_s);
