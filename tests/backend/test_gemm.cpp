@@ -454,85 +454,94 @@ TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows(_f32), every ISA: f32 outpu
   // The decode kernels' own f32 outputs (cpu::linear rounds them to bf16, which hides most changes
   // of summation order): codes over the whole range and both signs, so that each block's sum cancels
   // and its rounding depends on the order; blocks given in two calls (kb0 / kb1), added to what out
-  // holds; the second call longer than the AVX-512 row-order driver's 32-block pass, M up to two of
-  // its 15-row passes (e4m3_panel_rows: M <= 8; rows 5 and 37 end in a partial 16-row group).
+  // holds; the second call longer than the AVX-512 row-order driver's passes (128 / groups blocks:
+  // 32 with four x-row groups, 128 with one — 130 blocks for 1, 2 and 8 rows), M up to two of its
+  // 15-row passes (e4m3_panel_rows: M <= 8; rows 5 and 37 end in a partial 16-row group).
   std::mt19937 gen(41);
   std::uniform_int_distribution<int> any_code(0, 255);
   std::uniform_real_distribution<float> unit(0.5f, 2.0f);
-  constexpr int KB = 35, K = 128 * KB;
   int panel_kernels = 0;
-  for (const int M : {1, 2, 3, 4, 5, 6, 7, 8, 16})
-    for (const int rows : {1, 5, 16, 37}) {
-      std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K)), wq(static_cast<std::size_t>(rows * K));
-      for (auto& c : xq)
-        do c = static_cast<std::uint8_t>(any_code(gen));
-        while ((c & 0x7F) == 0x7F);  // activations have no NaN codes; weights read 0x7F / 0xFF as +-480
-      for (auto& c : wq) c = static_cast<std::uint8_t>(any_code(gen));
-      std::vector<float> xs(static_cast<std::size_t>(M * KB)), ws(KB), start(static_cast<std::size_t>(M * rows));
-      for (auto& v : xs) v = unit(gen);
-      for (auto& v : ws) v = unit(gen);
-      for (auto& v : start) v = unit(gen) - 1.25f;
-      // x as bf16 pairs, in slot order (dword s of block kb holds the pair row_order_pair(s)) and in column order
-      auto bf16_pair = [](const std::uint8_t* pair) {
-        auto bits = [](double v) { return std::bit_cast<std::uint32_t>(static_cast<float>(v)) >> 16; };
-        return bits(e4m3_value(pair[0])) | bits(e4m3_value(pair[1])) << 16;
-      };
-      std::vector<std::uint32_t> xp(static_cast<std::size_t>(M * K / 2)), xc(xp.size());
-      std::vector<float> xf(static_cast<std::size_t>(M * K));  // f32, the M rows of a column side by side
-      for (int m = 0; m < M; ++m)
-        for (int k = 0; k < K; ++k) xf[k * M + m] = static_cast<float>(e4m3_value(xq[m * K + k]));
-      for (int m = 0; m < M; ++m)
-        for (int kb = 0; kb < KB; ++kb)
-          for (int slot = 0; slot < 64; ++slot) {
-            const std::uint8_t* block = &xq[m * K + kb * 128];
-            xp[m * K / 2 + kb * 64 + slot] = bf16_pair(block + 2 * cpu::simd::row_order_pair(slot));
-            xc[m * K / 2 + kb * 64 + slot] = bf16_pair(block + 2 * slot);
-          }
-      std::vector<float> expected_rows = start, expected_panel = start;
-      for (int m = 0; m < M; ++m)
-        for (int r = 0; r < rows; ++r)
-          for (int kb = 0; kb < KB; ++kb) {
-            const std::uint8_t *xb = &xq[m * K + kb * 128], *wb = &wq[r * K + kb * 128];
-            const float scale = xs[m * KB + kb] * ws[kb];
-            volatile float p = row_order_block_dot(xb, wb) * scale;
-            expected_rows[m * rows + r] += p;
-            volatile float q = panel_order_block_dot(xb, wb) * scale;
-            expected_panel[m * rows + r] += q;
-          }
-      auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
-        int n = 0;
-        for (std::size_t i = 0; i < a.size(); ++i) n += std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]);
-        return n;
-      };
-      for (cpu::Isa isa : isas_here()) {
-        IsaScope scope(isa);
-        CAPTURE(cpu::isa_name(isa));
-        CAPTURE(M);
-        CAPTURE(rows);
-        const cpu::simd::GemmOps& ops = cpu::gemm_ops();
-        std::vector<float> out = start;
-        for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
-          ops.e4m3_pair_rows(M, rows, kb0, kb1, xp.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
-        CHECK(differ(out, expected_rows) == 0);
-        if (M > 8) continue;
-        if (ops.e4m3_panel_rows) {
-          ++panel_kernels;
-          out = start;
+  struct Shape {
+    int KB;
+    std::vector<int> Ms;
+  };
+  for (const Shape& shape : {Shape{35, {1, 2, 3, 4, 5, 6, 7, 8, 16}}, Shape{130, {1, 2, 8}}}) {
+    const int KB = shape.KB, K = 128 * KB;
+    for (const int M : shape.Ms)
+      for (const int rows : {1, 5, 16, 37}) {
+        std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K)), wq(static_cast<std::size_t>(rows * K));
+        for (auto& c : xq)
+          do c = static_cast<std::uint8_t>(any_code(gen));
+          while ((c & 0x7F) == 0x7F);  // activations have no NaN codes; weights read 0x7F / 0xFF as +-480
+        for (auto& c : wq) c = static_cast<std::uint8_t>(any_code(gen));
+        std::vector<float> xs(static_cast<std::size_t>(M * KB)), ws(KB), start(static_cast<std::size_t>(M * rows));
+        for (auto& v : xs) v = unit(gen);
+        for (auto& v : ws) v = unit(gen);
+        for (auto& v : start) v = unit(gen) - 1.25f;
+        // x as bf16 pairs, in slot order (dword s of block kb holds the pair row_order_pair(s)) and in column order
+        auto bf16_pair = [](const std::uint8_t* pair) {
+          auto bits = [](double v) { return std::bit_cast<std::uint32_t>(static_cast<float>(v)) >> 16; };
+          return bits(e4m3_value(pair[0])) | bits(e4m3_value(pair[1])) << 16;
+        };
+        std::vector<std::uint32_t> xp(static_cast<std::size_t>(M * K / 2)), xc(xp.size());
+        std::vector<float> xf(static_cast<std::size_t>(M * K));  // f32, the M rows of a column side by side
+        for (int m = 0; m < M; ++m)
+          for (int k = 0; k < K; ++k) xf[k * M + m] = static_cast<float>(e4m3_value(xq[m * K + k]));
+        for (int m = 0; m < M; ++m)
+          for (int kb = 0; kb < KB; ++kb)
+            for (int slot = 0; slot < 64; ++slot) {
+              const std::uint8_t* block = &xq[m * K + kb * 128];
+              xp[m * K / 2 + kb * 64 + slot] = bf16_pair(block + 2 * cpu::simd::row_order_pair(slot));
+              xc[m * K / 2 + kb * 64 + slot] = bf16_pair(block + 2 * slot);
+            }
+        std::vector<float> expected_rows = start, expected_panel = start;
+        for (int m = 0; m < M; ++m)
+          for (int r = 0; r < rows; ++r)
+            for (int kb = 0; kb < KB; ++kb) {
+              const std::uint8_t *xb = &xq[m * K + kb * 128], *wb = &wq[r * K + kb * 128];
+              const float scale = xs[m * KB + kb] * ws[kb];
+              volatile float p = row_order_block_dot(xb, wb) * scale;
+              expected_rows[m * rows + r] += p;
+              volatile float q = panel_order_block_dot(xb, wb) * scale;
+              expected_panel[m * rows + r] += q;
+            }
+        auto differ = [](const std::vector<float>& a, const std::vector<float>& b) {
+          int n = 0;
+          for (std::size_t i = 0; i < a.size(); ++i)
+            n += std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]);
+          return n;
+        };
+        for (cpu::Isa isa : isas_here()) {
+          IsaScope scope(isa);
+          CAPTURE(cpu::isa_name(isa));
+          CAPTURE(M);
+          CAPTURE(rows);
+          const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+          std::vector<float> out = start;
           for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
-            ops.e4m3_panel_rows(M, rows, kb0, kb1, xc.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(),
-                                rows);
-          CHECK(differ(out, expected_panel) == 0);
-        }
-        if (ops.e4m3_panel_rows_f32) {
-          ++panel_kernels;
-          out = start;
-          for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
-            ops.e4m3_panel_rows_f32(M, rows, kb0, kb1, xf.data(), xs.data(), KB, wq.data(), K, ws.data(), out.data(),
-                                    rows);
-          CHECK(differ(out, expected_panel) == 0);
+            ops.e4m3_pair_rows(M, rows, kb0, kb1, xp.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(),
+                               rows);
+          CHECK(differ(out, expected_rows) == 0);
+          if (M > 8) continue;
+          if (ops.e4m3_panel_rows) {
+            ++panel_kernels;
+            out = start;
+            for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
+              ops.e4m3_panel_rows(M, rows, kb0, kb1, xc.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(),
+                                  out.data(), rows);
+            CHECK(differ(out, expected_panel) == 0);
+          }
+          if (ops.e4m3_panel_rows_f32) {
+            ++panel_kernels;
+            out = start;
+            for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
+              ops.e4m3_panel_rows_f32(M, rows, kb0, kb1, xf.data(), xs.data(), KB, wq.data(), K, ws.data(), out.data(),
+                                      rows);
+            CHECK(differ(out, expected_panel) == 0);
+          }
         }
       }
-    }
+  }
   if (cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi()) CHECK(panel_kernels > 0);
   else MESSAGE("no ISA here has GemmOps::e4m3_panel_rows (AVX-512 VBMI): only the row order's kernels tested");
 }
