@@ -469,6 +469,8 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
                  format_bytes(f.weight_bytes).c_str(), f.weights.c_str(), f.init_s, format_bytes(f.cache_bytes).c_str(),
                  format_bytes(f.scratch_bytes).c_str(), loadavg().c_str());
 
+  // a decode step's roofline fraction: the bytes it must read / its time / the triad bandwidth
+  auto roofline = [bandwidth](double bytes, double seconds) { return bytes / seconds / (bandwidth * 1e9); };
   const std::int64_t V = Config::vocab_size;
   const auto prompt = prompt_tokens(o.prefill, V, 1);
   const bool both_modes = o.fast_mode && ConfigTraits<Config>::fp8;
@@ -520,10 +522,10 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
     const std::size_t k = both_modes ? 2 * c : c;
     d.ms = 1e3 * step_s[k];
     d.bytes = decode_step_bytes<Config>(*model, d.context);
-    d.roofline = d.bytes / (d.ms * 1e-3) / (bandwidth * 1e9);
+    d.roofline = roofline(d.bytes, d.ms * 1e-3);
     if (both_modes) {  // the same step in the FP8 fast mode
       d.fast_ms = 1e3 * step_s[k + 1];
-      d.fast_roofline = d.bytes / (d.fast_ms * 1e-3) / (bandwidth * 1e9);
+      d.fast_roofline = roofline(d.bytes, d.fast_ms * 1e-3);
     }
     f.decode.push_back(d);
     if (!o.json)
@@ -557,14 +559,17 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
     if (both_modes) f.batch_fast_bytes.experts = routed(cpu::Fp8Accumulation::fast);
     const std::vector<double> s = interleaved_medians_s(o.reps, fs);
     f.batch1_bytes = decode_step_bytes<Config>(*model, o.batch_context);
-    auto bytes_figures = [&](Figures::BatchBytes& b, double step_s, double batch1_s) {
+    auto batch_bytes = [&](Figures::BatchBytes& b, double step_s) {
       b.bytes = decode_step_bytes<Config>(*model, o.batch_context, o.batch, b.experts);
-      b.roofline = b.bytes / step_s / (bandwidth * 1e9);
+      b.roofline = roofline(b.bytes, step_s);
       b.bound = static_cast<double>(o.batch) * f.batch1_bytes / b.bytes;
-      return f.batch1_bytes / batch1_s / (bandwidth * 1e9);
     };
-    f.batch1_roofline = bytes_figures(f.batch_bytes, s[0], s[1]);
-    if (both_modes) f.batch1_fast_roofline = bytes_figures(f.batch_fast_bytes, s[2], s[3]);
+    batch_bytes(f.batch_bytes, s[0]);
+    f.batch1_roofline = roofline(f.batch1_bytes, s[1]);
+    if (both_modes) {
+      batch_bytes(f.batch_fast_bytes, s[2]);
+      f.batch1_fast_roofline = roofline(f.batch1_bytes, s[3]);
+    }
     f.batch_step_ms = 1e3 * s[0];
     f.batch_tps = static_cast<double>(o.batch) / s[0];
     f.batch1_tps = 1.0 / s[1];
