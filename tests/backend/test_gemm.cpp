@@ -680,6 +680,64 @@ TEST_CASE("GemmOps::fp8_value_dots(_scaled), every ISA: the panel order's block 
   if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(fused > 0);
 }
 
+TEST_CASE("GemmOps::micro_f64(_scaled) + epilogue_f64, every ISA: exact block dots, scaled and added in f32") {
+  // The exact prefill's block: dots of 128 E4M3 values in double (exact in any order), then
+  // c += f32(dot) * scale with the multiply and the add rounded apart — as two calls (micro_f64,
+  // epilogue_f64) and fused (micro_f64_scaled, where the table has it), for every row count of the
+  // tiles (1-13: a 12-row tile and its remainders) and partial panels; columns >= n untouched.
+  std::mt19937 gen(59);
+  std::uniform_int_distribution<int> any_code(0, 255);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  int fused = 0;
+  for (cpu::Isa isa : isas_here()) {
+    IsaScope scope(isa);
+    CAPTURE(cpu::isa_name(isa));
+    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const int nr = ops.nr64;
+    for (int mr = 1; mr <= 13; ++mr)
+      for (const int n : {nr, nr - 3, 5}) {
+        CAPTURE(mr);
+        CAPTURE(n);
+        std::vector<double> a(static_cast<std::size_t>(mr * 128)), b(static_cast<std::size_t>(128 * nr));
+        for (auto& v : a) {
+          int c;
+          do c = any_code(gen);
+          while ((c & 0x7F) == 0x7F);
+          v = e4m3_value(static_cast<std::uint8_t>(c));
+        }
+        for (auto& v : b) v = e4m3_value(static_cast<std::uint8_t>(any_code(gen)));
+        std::vector<float> scale(static_cast<std::size_t>(mr)), start(static_cast<std::size_t>(mr * nr));
+        for (auto& v : scale) v = unit(gen);
+        for (auto& v : start) v = unit(gen) - 1.25f;
+        std::vector<float> expected = start;
+        for (int i = 0; i < mr; ++i)
+          for (int j = 0; j < n; ++j) {
+            double dot = 0.0;
+            for (int k = 0; k < 128; ++k) dot += a[i * 128 + k] * b[k * nr + j];
+            volatile float p = static_cast<float>(dot) * scale[i];
+            expected[i * nr + j] += p;
+          }
+        auto wrong_in = [&](const std::vector<float>& c) {
+          int wrong = 0;
+          for (std::size_t i = 0; i < c.size(); ++i)
+            wrong += std::bit_cast<std::uint32_t>(c[i]) != std::bit_cast<std::uint32_t>(expected[i]);
+          return wrong;
+        };
+        std::vector<double> dot(static_cast<std::size_t>(mr * nr));
+        std::vector<float> c = start;
+        ops.micro_f64(mr, 128, a.data(), 128, b.data(), dot.data(), nr);
+        ops.epilogue_f64(mr, n, dot.data(), nr, scale.data(), c.data(), nr);
+        CHECK(wrong_in(c) == 0);
+        if (!ops.micro_f64_scaled) continue;
+        ++fused;
+        c = start;
+        ops.micro_f64_scaled(mr, n, a.data(), 128, b.data(), scale.data(), c.data(), nr);
+        CHECK(wrong_in(c) == 0);
+      }
+  }
+  if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(fused > 0);
+}
+
 TEST_CASE("GemmOps micro-kernels, every ISA: c = (accumulate ? c : 0) + the sequential sum, empty sums included") {
   // micro_exact_products / micro_rounded_products / micro_f64 for every row count of a tile and its
   // remainders, depths 0 (an empty sum: zeros, or c untouched), 1, 7 and 128, both starts.

@@ -474,9 +474,14 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
           alignas(64) double dot[16 * 16];
           by_row_tiles(ops.widen_e4m3_f64, ap, [&](int h, std::int64_t i) {
             for (std::int64_t p = 0; p < cols; p += nr) {
-              ops.micro_f64(h, kPanelK, ap, kPanelK, bp + p * kPanelK, dot, nr);
-              ops.epilogue_f64(h, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), dot, nr,
-                               scale + (p / kBlockSize) * mc + i, cbuf + i * nc + p, nc);
+              const int n = static_cast<int>(std::min<std::int64_t>(nr, cols - p));
+              const float* s = scale + (p / kBlockSize) * mc + i;
+              if (ops.micro_f64_scaled) {
+                ops.micro_f64_scaled(h, n, ap, kPanelK, bp + p * kPanelK, s, cbuf + i * nc + p, nc);
+              } else {
+                ops.micro_f64(h, kPanelK, ap, kPanelK, bp + p * kPanelK, dot, nr);
+                ops.epilogue_f64(h, n, dot, nr, s, cbuf + i * nc + p, nc);
+              }
             }
           });
         } else if (!pairs) {

@@ -306,11 +306,14 @@ DSV32_TARGET_AVX512_BF16 inline void fp8_pair_dots_bf16(int mr, const std::uint3
   if (mr - i >= 1) pair_dots32<1>(a + i * lda, lda, b, dot + i * ldd, ldd);
 }
 
-/// c[i][0..16) = sum_k a[i * lda + k] b[k][0..16) in double, i < MR.
-template <int MR>
-DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
+/// c[i][0..16) = sum_k a[i * lda + k] b[k][0..16) in double, i < MR; with kScaled, instead
+/// f[i][j] += f32(that sum) * scale[i] for j < n (epilogue_f64 in registers: the same bits).
+template <int MR, bool kScaled = false>
+DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc,
+                                  int n = 16, const float* scale = nullptr, float* f = nullptr, std::int64_t ldf = 0) {
   if (kc < 1) {  // (apart, so that GCC knows the loop below runs: see micro32_tile)
-    for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 16, 0.0);
+    if constexpr (!kScaled)
+      for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 16, 0.0);
     return;
   }
   __m512d c0[MR], c1[MR];
@@ -323,9 +326,18 @@ DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, con
       c1[i] = _mm512_fmadd_pd(ai, b1, c1[i]);
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    _mm512_storeu_pd(c + i * ldc, c0[i]);
-    _mm512_storeu_pd(c + i * ldc + 8, c1[i]);
+  if constexpr (kScaled) {
+    const __mmask16 m = static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1u);
+    for (int i = 0; i < MR; ++i) {
+      const __m512 d = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(c0[i])), _mm512_cvtpd_ps(c1[i]), 1);
+      const __m512 p = opaque(_mm512_mul_ps(d, _mm512_set1_ps(scale[i])));
+      _mm512_mask_storeu_ps(f + i * ldf, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, f + i * ldf), p));
+    }
+  } else {
+    for (int i = 0; i < MR; ++i) {
+      _mm512_storeu_pd(c + i * ldc, c0[i]);
+      _mm512_storeu_pd(c + i * ldc + 8, c1[i]);
+    }
   }
 }
 
@@ -337,6 +349,17 @@ DSV32_TARGET_AVX512 inline void micro_f64(int mr, int kc, const double* a, std::
   if (mr - i >= 4) micro16d<4>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 4;
   if (mr - i >= 2) micro16d<2>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 2;
   if (mr - i >= 1) micro16d<1>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+}
+
+/// GemmOps::micro_f64_scaled: micro_f64 over one 128-column block with epilogue_f64 in registers.
+DSV32_TARGET_AVX512 inline void micro_f64_scaled(int mr, int n, const double* a, std::int64_t lda, const double* b,
+                                                 const float* scale, float* c, std::int64_t ldc) {
+  int i = 0;
+  for (; i + 12 <= mr; i += 12) micro16d<12, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
+  if (mr - i >= 8) micro16d<8, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 8;
+  if (mr - i >= 4) micro16d<4, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 4;
+  if (mr - i >= 2) micro16d<2, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 2;
+  if (mr - i >= 1) micro16d<1, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
 }
 
 DSV32_TARGET_AVX512 inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
@@ -1278,6 +1301,7 @@ inline const GemmOps& avx512_ops() {
     o.micro_exact_products = avx512::micro_exact_products;
     o.micro_rounded_products = avx512::micro_rounded_products;
     o.micro_f64 = avx512::micro_f64;
+    o.micro_f64_scaled = avx512::micro_f64_scaled;
     o.epilogue_f64 = avx512::epilogue_f64;
     o.epilogue_f32 = avx512::epilogue_f32;
     o.widen_bf16 = avx512::widen_bf16;

@@ -70,6 +70,11 @@ struct GemmOps {
   /// c[i][j] = sum_k a[i][k] b[k][j] in double (i < mr, j < nr64): exact for E4M3 values.
   void (*micro_f64)(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
                     std::int64_t ldc) = nullptr;
+  /// micro_f64 over one 128-column block followed by epilogue_f64 in one call, the sums kept in
+  /// registers: c[i][j] += f32(dot_ij) * scale[i] for i < mr, j < n (n <= nr64), multiply and add
+  /// rounded separately (optional: null where the table has none; the same bits as the two calls).
+  void (*micro_f64_scaled)(int mr, int n, const double* a, std::int64_t lda, const double* b, const float* scale,
+                           float* c, std::int64_t ldc) = nullptr;
 
   /// out[i] = f32(x[i]) for n bf16 bit patterns (exact).
   void (*widen_bf16)(const std::uint16_t* x, std::int64_t n, float* out) = nullptr;
