@@ -625,13 +625,44 @@ struct MxcsrScope {
   ~MxcsrScope() { set_everywhere(bits, false); }
 };
 
+namespace {
+
+// One 128-column block of a prefill product for the scaled-epilogue tests: E4M3 codes of mr x rows
+// (no NaN) and nr weight rows, a scale per x row and a start for c ([mr][nr]).
+struct ScaledBlock {
+  std::vector<std::uint8_t> xq, wq;
+  std::vector<float> scale, start;
+};
+ScaledBlock scaled_block(std::mt19937& gen, int mr, int nr) {
+  std::uniform_int_distribution<int> any_code(0, 255);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  ScaledBlock t{std::vector<std::uint8_t>(static_cast<std::size_t>(mr * 128)),
+                std::vector<std::uint8_t>(static_cast<std::size_t>(nr * 128)),
+                std::vector<float>(static_cast<std::size_t>(mr)), std::vector<float>(static_cast<std::size_t>(mr * nr))};
+  for (auto& c : t.xq)
+    do c = static_cast<std::uint8_t>(any_code(gen));
+    while ((c & 0x7F) == 0x7F);
+  for (auto& c : t.wq) c = static_cast<std::uint8_t>(any_code(gen));
+  for (auto& v : t.scale) v = unit(gen);
+  for (auto& v : t.start) v = unit(gen) - 1.25f;
+  return t;
+}
+
+// How many elements of got differ from expected in their bits.
+int bit_mismatches(const std::vector<float>& got, const std::vector<float>& expected) {
+  int wrong = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    wrong += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(expected[i]);
+  return wrong;
+}
+
+}  // namespace
+
 TEST_CASE("GemmOps::fp8_value_dots(_scaled), every ISA: the panel order's block dots, scaled and added in f32") {
   // The prefill's block dots on widened values (a: x rows of 128, b: a packed [128][nr] panel) and
   // the fused form that adds them, scaled, to c in registers: both against the definition, for every
   // row count of the tiles (1-13: a 12-row tile and its remainders) and partial panels.
   std::mt19937 gen(57);
-  std::uniform_int_distribution<int> any_code(0, 255);
-  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
   int fused = 0;
   for (cpu::Isa isa : isas_here()) {
     IsaScope scope(isa);
@@ -642,19 +673,12 @@ TEST_CASE("GemmOps::fp8_value_dots(_scaled), every ISA: the panel order's block 
       for (const int n : {nr, nr - 3, 5}) {
         CAPTURE(mr);
         CAPTURE(n);
-        std::vector<std::uint8_t> xq(static_cast<std::size_t>(mr * 128)), wq(static_cast<std::size_t>(nr * 128));
-        for (auto& c : xq)
-          do c = static_cast<std::uint8_t>(any_code(gen));
-          while ((c & 0x7F) == 0x7F);
-        for (auto& c : wq) c = static_cast<std::uint8_t>(any_code(gen));
-        std::vector<float> a(xq.size()), b(wq.size()), scale(static_cast<std::size_t>(mr)), start(static_cast<std::size_t>(mr * nr));
+        const auto [xq, wq, scale, start] = scaled_block(gen, mr, nr);
+        std::vector<float> a(xq.size()), b(wq.size());
         for (std::size_t i = 0; i < xq.size(); ++i) a[i] = static_cast<float>(e4m3_value(xq[i]));
         for (int j = 0; j < nr; ++j)
           for (int k = 0; k < 128; ++k) b[k * nr + j] = static_cast<float>(e4m3_value(wq[j * 128 + k]));
-        for (auto& v : scale) v = unit(gen);
-        for (auto& v : start) v = unit(gen) - 1.25f;
         std::vector<float> dots(static_cast<std::size_t>(mr * nr)), expected = start;
-        int wrong_dots = 0;
         for (int i = 0; i < mr; ++i)
           for (int j = 0; j < nr; ++j) {
             const float d = panel_order_block_dot(&xq[i * 128], &wq[j * 128]);
@@ -666,15 +690,12 @@ TEST_CASE("GemmOps::fp8_value_dots(_scaled), every ISA: the panel order's block 
           }
         std::vector<float> got(dots.size());
         ops.fp8_value_dots(mr, a.data(), 128, b.data(), got.data(), nr);
-        for (std::size_t i = 0; i < got.size(); ++i) wrong_dots += std::bit_cast<std::uint32_t>(got[i]) != std::bit_cast<std::uint32_t>(dots[i]);
-        CHECK(wrong_dots == 0);
+        CHECK(bit_mismatches(got, dots) == 0);
         if (!ops.fp8_value_dots_scaled) continue;
         ++fused;
         std::vector<float> c = start;
         ops.fp8_value_dots_scaled(mr, n, a.data(), 128, b.data(), scale.data(), c.data(), nr);
-        int wrong = 0;
-        for (std::size_t i = 0; i < c.size(); ++i) wrong += std::bit_cast<std::uint32_t>(c[i]) != std::bit_cast<std::uint32_t>(expected[i]);
-        CHECK(wrong == 0);  // columns >= n untouched
+        CHECK(bit_mismatches(c, expected) == 0);  // columns >= n untouched
       }
   }
   if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(fused > 0);
@@ -686,8 +707,6 @@ TEST_CASE("GemmOps::micro_f64(_scaled) + epilogue_f64, every ISA: exact block do
   // epilogue_f64) and fused (micro_f64_scaled, where the table has it), for every row count of the
   // tiles (1-13: a 12-row tile and its remainders) and partial panels; columns >= n untouched.
   std::mt19937 gen(59);
-  std::uniform_int_distribution<int> any_code(0, 255);
-  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
   int fused = 0;
   for (cpu::Isa isa : isas_here()) {
     IsaScope scope(isa);
@@ -698,17 +717,11 @@ TEST_CASE("GemmOps::micro_f64(_scaled) + epilogue_f64, every ISA: exact block do
       for (const int n : {nr, nr - 3, 5}) {
         CAPTURE(mr);
         CAPTURE(n);
-        std::vector<double> a(static_cast<std::size_t>(mr * 128)), b(static_cast<std::size_t>(128 * nr));
-        for (auto& v : a) {
-          int c;
-          do c = any_code(gen);
-          while ((c & 0x7F) == 0x7F);
-          v = e4m3_value(static_cast<std::uint8_t>(c));
-        }
-        for (auto& v : b) v = e4m3_value(static_cast<std::uint8_t>(any_code(gen)));
-        std::vector<float> scale(static_cast<std::size_t>(mr)), start(static_cast<std::size_t>(mr * nr));
-        for (auto& v : scale) v = unit(gen);
-        for (auto& v : start) v = unit(gen) - 1.25f;
+        const auto [xq, wq, scale, start] = scaled_block(gen, mr, nr);
+        std::vector<double> a(xq.size()), b(wq.size());  // b: a packed [128][nr] panel
+        for (std::size_t i = 0; i < xq.size(); ++i) a[i] = e4m3_value(xq[i]);
+        for (int j = 0; j < nr; ++j)
+          for (int k = 0; k < 128; ++k) b[k * nr + j] = e4m3_value(wq[j * 128 + k]);
         std::vector<float> expected = start;
         for (int i = 0; i < mr; ++i)
           for (int j = 0; j < n; ++j) {
@@ -717,22 +730,16 @@ TEST_CASE("GemmOps::micro_f64(_scaled) + epilogue_f64, every ISA: exact block do
             volatile float p = static_cast<float>(dot) * scale[i];
             expected[i * nr + j] += p;
           }
-        auto wrong_in = [&](const std::vector<float>& c) {
-          int wrong = 0;
-          for (std::size_t i = 0; i < c.size(); ++i)
-            wrong += std::bit_cast<std::uint32_t>(c[i]) != std::bit_cast<std::uint32_t>(expected[i]);
-          return wrong;
-        };
         std::vector<double> dot(static_cast<std::size_t>(mr * nr));
         std::vector<float> c = start;
         ops.micro_f64(mr, 128, a.data(), 128, b.data(), dot.data(), nr);
         ops.epilogue_f64(mr, n, dot.data(), nr, scale.data(), c.data(), nr);
-        CHECK(wrong_in(c) == 0);
+        CHECK(bit_mismatches(c, expected) == 0);
         if (!ops.micro_f64_scaled) continue;
         ++fused;
         c = start;
         ops.micro_f64_scaled(mr, n, a.data(), 128, b.data(), scale.data(), c.data(), nr);
-        CHECK(wrong_in(c) == 0);
+        CHECK(bit_mismatches(c, expected) == 0);
       }
   }
   if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(fused > 0);
