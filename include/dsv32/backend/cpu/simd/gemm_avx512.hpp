@@ -1195,8 +1195,9 @@ DSV32_TARGET_AVX512 __attribute__((always_inline)) inline void transpose8q(__m51
 /// broadcast from memory (xv: the MT rows of each column side by side), up to 4 rows into separate
 /// sums for even and odd columns. (A VPERMT2B per column from lo and hi, the earlier placement, is
 /// two operations on Granite Rapids to VPSHUFB's one: one core in L2, 7168-column rows, 3.4 -> 3.7 G
-/// codes/s at 8 x rows; with the split sums 4 rows 5.3 -> 6.4, 3 rows 6.0 -> 7.5.) A block's sums are exact in any order (double holds
-/// every partial sum of 128 E4M3 products), so they equal e4m3_rows' bit for bit; per block out[m]
+/// codes/s at 8 x rows; with the split sums 4 rows 5.3 -> 6.4, 3 rows 6.0 -> 7.5.) A block's sums
+/// are exact in any order (double holds every partial sum of 128 E4M3 products), so they equal
+/// e4m3_rows' bit for bit; per block out[m]
 /// += f32(dot) * (x scale * weight scale), the multiply and the add rounded apart. Arguments start
 /// at the first block (xv, xs, w, ws); rows past `valid` are read from row 0 and not written.
 /// `ahead`: hint the block at that offset from each row (the next row group where rows are short),
@@ -1228,8 +1229,9 @@ DSV32_TARGET_AVX512_VBMI void e4m3_panel8_f64(std::int64_t blocks, const double*
       for (int r = 0; r < valid; ++r) prefetch_block(w + r * ldw, ahead + kb * 128);
     // up to 4 x rows, even and odd columns apart: twice the independent FMA chains (8 rows have 8)
     constexpr int S = MT <= 4 ? 2 : 1;
-    __m512d acc[2][MT];
-    for (int m = 0; m < MT; ++m) acc[0][m] = acc[1][m] = _mm512_setzero_pd();
+    __m512d acc[S][MT];
+    for (int e = 0; e < S; ++e)
+      for (int m = 0; m < MT; ++m) acc[e][m] = _mm512_setzero_pd();
     for (int c64 = 0; c64 < 128; c64 += 64) {
       __m512i codes[8];
       for (int r = 0; r < 8; ++r) codes[r] = _mm512_loadu_si512(wr[r] + kb * 128 + c64);
@@ -1254,7 +1256,8 @@ DSV32_TARGET_AVX512_VBMI void e4m3_panel8_f64(std::int64_t blocks, const double*
       }
     }
     for (int m = 0; m < MT; ++m) {
-      const __m256 p = opaque(_mm256_mul_ps(_mm512_cvtpd_ps(_mm512_add_pd(acc[0][m], acc[1][m])), _mm256_set1_ps(xs[m * ldxs + kb] * ws[kb])));
+      const __m512d dot = S == 2 ? _mm512_add_pd(acc[0][m], acc[S - 1][m]) : acc[0][m];  // exact either way
+      const __m256 p = opaque(_mm256_mul_ps(_mm512_cvtpd_ps(dot), _mm256_set1_ps(xs[m * ldxs + kb] * ws[kb])));
       float* o = out + m * ldo;
       _mm256_mask_storeu_ps(o, lanes, _mm256_add_ps(_mm256_maskz_loadu_ps(lanes, o), p));
     }
