@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "support/isa_scope.hpp"
 #include "support/test_support.hpp"
 
 using dsv32::test::random_bf16;
@@ -348,6 +349,64 @@ TEST_CASE("cpu::absorb_query + latent_attention + project_values equal the expan
     for (std::int64_t c = 0; c < C; ++c)
       rows[r * C + c] = dsv32::round_bf16(dsv32::decode_e4m3(codes[r * C + c]) * scale[r / 128]);
   check_absorbed_against_expanded({DType::F8_E4M3, codes.data(), out, C, scale.data()}, rows, H, nope, rope, v, C, gen);
+}
+
+TEST_CASE("cpu::absorb_query / project_values on FP8 codes as stored: the bits of the dequantized weight") {
+  // An FP8 wkv_b against the same weight dequantized by the test into a BF16 one (bf16(value *
+  // block scale), codes 0x7F / 0xFF reading as +-480), which takes the widen-and-multiply path, on
+  // every ISA level here. With power-of-two scales and up to 8 tokens the kernels read the codes
+  // (GemmOps::e4m3_scaled_cols, e4m3_scaled_rows); a block with a scale that is no power of two,
+  // heads whose rows straddle two 128-row blocks, and 9 tokens take the dequantizing path. All 256
+  // codes occur in every weight.
+  struct Dims {
+    std::int64_t H, nope, v, C;
+  };
+  std::mt19937 gen(35);
+  for (const Dims dm : {Dims{4, 32, 32, 256}, Dims{3, 16, 40, 128}, Dims{2, 128, 128, 512}}) {
+    const std::int64_t rows = dm.H * (dm.nope + dm.v), rope = 8, qk = dm.nope + rope;
+    const std::int64_t rb = (rows + 127) / 128, cb = dm.C / 128;
+    std::vector<std::uint8_t> codes(rows * dm.C);
+    for (std::size_t i = 0; i < codes.size(); ++i) codes[i] = static_cast<std::uint8_t>((i * 151 + gen() % 3) & 0xFF);
+    std::vector<float> scale(rb * cb);
+    for (std::int64_t i = 0; i < rb * cb; ++i) scale[i] = std::ldexp(1.0f, -4 - static_cast<int>(i % 9));
+    scale.back() = 1.0f / 1536.0f;  // the last row block's last column block: dequantized, rounded
+    std::vector<bf16> dequantized(codes.size());
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < dm.C; ++c) {
+        const std::uint8_t k = codes[r * dm.C + c];
+        const float value = (k & 0x7F) == 0x7F ? ((k & 0x80) != 0 ? -480.0f : 480.0f) : dsv32::decode_e4m3(k);
+        dequantized[r * dm.C + c] = bf16(dsv32::round_bf16(value * scale[(r / 128) * cb + c / 128]));
+      }
+    const WeightView fp8{DType::F8_E4M3, codes.data(), rows, dm.C, scale.data()};
+    const WeightView wide{DType::BF16, dequantized.data(), rows, dm.C, nullptr};
+    for (const std::int64_t T : {1, 2, 3, 5, 8, 9}) {
+      // values spread over 2^-8..2^8, so that the f32 sums round differently in any other order
+      auto spread = [&](std::vector<bf16> x) {
+        for (bf16& e : x) e = bf16(std::ldexp(static_cast<float>(e), static_cast<int>(gen() % 17) - 8));
+        return x;
+      };
+      const auto q = spread(random_bf16(T * dm.H * qk, gen)), o_lat = spread(random_bf16(T * dm.H * dm.C, gen));
+      std::vector<bf16> lat_want(T * dm.H * dm.C), val_want(T * dm.H * dm.v);
+      cpu::absorb_query(q.data(), T, dm.H, dm.nope, rope, dm.v, wide, lat_want.data());
+      cpu::project_values(o_lat.data(), T, dm.H, dm.nope, dm.v, wide, val_want.data());
+      for (const cpu::Isa isa : dsv32::test::isas_here()) {
+        const dsv32::test::IsaScope scope(isa);
+        const int level = static_cast<int>(isa);
+        CAPTURE(dm.H);
+        CAPTURE(dm.v);
+        CAPTURE(T);
+        CAPTURE(level);
+        std::vector<bf16> lat(lat_want.size()), val(val_want.size());
+        cpu::absorb_query(q.data(), T, dm.H, dm.nope, rope, dm.v, fp8, lat.data());
+        cpu::project_values(o_lat.data(), T, dm.H, dm.nope, dm.v, fp8, val.data());
+        std::int64_t lat_diff = 0, val_diff = 0;
+        for (std::size_t i = 0; i < lat.size(); ++i) lat_diff += !same_bits(lat[i], lat_want[i]);
+        for (std::size_t i = 0; i < val.size(); ++i) val_diff += !same_bits(val[i], val_want[i]);
+        CHECK(lat_diff == 0);
+        CHECK(val_diff == 0);
+      }
+    }
+  }
 }
 
 TEST_CASE("cpu::latent_attention: one selected position returns its latent; q_pe stride is honoured") {

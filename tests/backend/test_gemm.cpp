@@ -22,8 +22,11 @@
 #include <utility>
 #include <vector>
 #include "dsv32/backend/cpu/simd/isa.hpp"
+#include "support/isa_scope.hpp"
 #include "support/test_support.hpp"
 
+using dsv32::test::IsaScope;
+using dsv32::test::isas_here;
 using dsv32::test::random_bf16;
 using dsv32::test::ulp_distance;
 
@@ -200,22 +203,6 @@ std::vector<float> reference_dense_f32(const std::vector<bf16>& x, std::int64_t 
     }
   return y;
 }
-
-// Every ISA level this CPU runs, from portable up.
-std::vector<cpu::Isa> isas_here() {
-  std::vector<cpu::Isa> v{cpu::Isa::portable};
-  if (cpu::detected_isa() >= cpu::Isa::avx2) v.push_back(cpu::Isa::avx2);
-  if (cpu::detected_isa() >= cpu::Isa::avx512) v.push_back(cpu::Isa::avx512);
-  if (cpu::detected_isa() >= cpu::Isa::avx512_bf16) v.push_back(cpu::Isa::avx512_bf16);
-  return v;
-}
-
-// Caps the kernels' ISA for a scope.
-struct IsaScope {
-  cpu::Isa previous;
-  explicit IsaScope(cpu::Isa isa) : previous(cpu::set_isa(isa)) {}
-  ~IsaScope() { cpu::set_isa(previous); }
-};
 
 struct Fp8Scope {
   cpu::Fp8Accumulation previous;
@@ -926,6 +913,66 @@ TEST_CASE("GemmOps::dequant_e4m3, every ISA: every code as bf16(value * scale), 
       CHECK(bad == 0);
     }
   }
+}
+
+TEST_CASE("GemmOps::e4m3_scaled_cols / e4m3_scaled_rows, every ISA that has them: f32 sums of x times value * scale") {
+  // The absorbed decode's kernels on FP8 codes as stored, against the definition in f32: each
+  // product x * (value(code) * block scale) exact (power-of-two scales), summed from +0 in
+  // increasing d (cols: the sums run down the weight's rows) or k (rows: along them). Every code
+  // occurs (0x7F / 0xFF read as +-480); x spread over 2^-8..2^8 so that any other order of the
+  // additions rounds differently; 1-8 x rows, partial column vectors and partial row groups.
+  std::mt19937 gen(61);
+  std::uniform_int_distribution<int> any_code(0, 255), exponent(-8, 8), scale_exp(-12, -2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto value = [](std::uint8_t c) { return static_cast<float>(e4m3_value(c)); };
+  int tables = 0;
+  for (cpu::Isa isa : isas_here()) {
+    IsaScope scope(isa);
+    CAPTURE(cpu::isa_name(isa));
+    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    if (!ops.e4m3_scaled_cols && !ops.e4m3_scaled_rows) continue;
+    ++tables;
+    for (int M = 1; M <= 8; ++M) {
+      CAPTURE(M);
+      const std::int64_t D = 37, N = 200, K = 256;  // N: a partial 16-column vector, two scale blocks
+      std::vector<std::uint8_t> w(static_cast<std::size_t>(std::max(D * N, 16 * K)));
+      for (auto& c : w) c = static_cast<std::uint8_t>(any_code(gen));
+      const std::vector<float> scale{std::ldexp(1.0f, scale_exp(gen)), std::ldexp(1.0f, scale_exp(gen))};
+      std::vector<float> x(static_cast<std::size_t>(std::max(D, K) * M));
+      for (auto& v : x) v = dsv32::round_bf16(std::ldexp(normal(gen), exponent(gen)));
+      if (ops.e4m3_scaled_cols) {
+        std::vector<float> got(static_cast<std::size_t>(M * N), -1.0f), want(got.size());
+        for (int m = 0; m < M; ++m)
+          for (std::int64_t j = 0; j < N; ++j) {
+            float acc = 0.0f;
+            for (std::int64_t d = 0; d < D; ++d) {
+              volatile float p = x[d * M + m] * (value(w[d * N + j]) * scale[j / 128]);
+              acc += p;
+            }
+            want[m * N + j] = acc;
+          }
+        ops.e4m3_scaled_cols(M, D, N, x.data(), w.data(), N, scale.data(), got.data(), N, nullptr);
+        CHECK(bit_mismatches(got, want) == 0);
+      }
+      if (ops.e4m3_scaled_rows)
+        for (const int n : {16, 5}) {
+          CAPTURE(n);
+          std::vector<float> got(static_cast<std::size_t>(M * 16), -1.0f), want = got;
+          for (int m = 0; m < M; ++m)
+            for (int r = 0; r < n; ++r) {
+              float acc = 0.0f;
+              for (std::int64_t k = 0; k < K; ++k) {
+                volatile float p = x[k * M + m] * (value(w[r * K + k]) * scale[k / 128]);
+                acc += p;
+              }
+              want[m * 16 + r] = acc;
+            }
+          ops.e4m3_scaled_rows(M, n, K, x.data(), w.data(), K, scale.data(), got.data(), 16, w.data());
+          CHECK(bit_mismatches(got, want) == 0);  // rows >= n untouched
+        }
+    }
+  }
+  if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(tables > 0);
 }
 
 TEST_CASE("cpu::activation_scale and act_quant: closed forms") {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
@@ -322,8 +323,9 @@ class Transformer {
   /// \brief Fills every parameter with seeded random values in the checkpoint's dtypes and ranges
   ///        (the synthetic weights of examples and benchmarks), chosen by each tensor's role: linear
   ///        weights and the head ~ N(0, 1/in) (FP8 ones quantized per 128x128 block with scale
-  ///        amax/448), norms ~ 1 + N(0, 0.01), biases ~ N(0, 0.01) (gate bias ~ N(0, 0.25)),
-  ///        embedding ~ N(0, 1).
+  ///        amax/448, rounded up to a power of two where the config's scale_fmt is ue8m0, as the
+  ///        released V3.1 / V3.2 weights are), norms ~ 1 + N(0, 0.01), biases ~ N(0, 0.01) (gate bias
+  ///        ~ N(0, 0.25)), embedding ~ N(0, 1).
   ///
   /// Values come from NormalStream: each element depends only on (seed, tensor name, index), so the
   /// fill runs on all threads, a 671B-shaped slice takes seconds, and the result does not depend on
@@ -562,7 +564,9 @@ class Transformer {
   }
 
   // Writes FP8 weight `p` ([n, k], values from `fill`) quantized per 128x128 block with scale
-  // max(amax / 448, 1e-12); returns the scales ([ceil(n / 128), ceil(k / 128)]). When the uploader
+  // max(amax / 448, 1e-12), rounded up to a power of two where the config's scale_fmt is ue8m0 (the
+  // released V3.1 / V3.2 checkpoints' weight scales are); returns the scales ([ceil(n / 128),
+  // ceil(k / 128)]). When the uploader
   // asks for the whole tensor at once (host memory), each 128-row block is drawn once, its scales
   // taken and its codes written; otherwise the scales are taken first and each chunk drawn again.
   static std::vector<float> write_random_fp8(const Parameter<Backend>& p, const RandomFill& fill,
@@ -582,7 +586,13 @@ class Transformer {
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t c0 = 0, j = 0; c0 < k; c0 += kBlockSize, ++j)
           for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) s[j] = std::max(s[j], std::fabs(w[r * k + c]));
-      for (std::int64_t j = 0; j < kb; ++j) s[j] = std::max(s[j] / kE4m3Max, 1e-12f);
+      for (std::int64_t j = 0; j < kb; ++j) {
+        s[j] = std::max(s[j] / kE4m3Max, 1e-12f);
+        if constexpr (Config::scale_fmt == ScaleFmt::ue8m0) {  // up to a power of two, as in the released weights
+          const auto bits = std::bit_cast<std::uint32_t>(s[j]);
+          s[j] = std::bit_cast<float>(((bits >> 23) + ((bits & 0x7FFFFFu) != 0 ? 1u : 0u)) << 23);
+        }
+      }
       if (codes == nullptr) return;
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t c0 = 0, j = 0; c0 < k; c0 += kBlockSize, ++j)

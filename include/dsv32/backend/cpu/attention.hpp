@@ -379,58 +379,123 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
     count[s] = static_cast<std::int32_t>(top_k(scores.data() + s * T, visible[s], k, selected + s * k));
 }
 
+namespace detail {
+
+/// The block scales of an FP8 weight's rows [r0, r0 + n) when the absorbed decode may read those
+/// rows' codes as stored (GemmOps::e4m3_scaled_cols, e4m3_scaled_rows): the rows lie in one 128-row
+/// block whose every scale is exact (simd::e4m3_scale_exact: a power of two, as ue8m0 scales are),
+/// so that value(code) * scale is the reference's dequantized weight, exact in bf16. Else null.
+inline const float* exact_row_scales(const WeightView<>& w, std::int64_t r0, std::int64_t n) {
+  if (w.dtype != DType::F8_E4M3 || n < 1 || r0 / kBlockSize != (r0 + n - 1) / kBlockSize) return nullptr;
+  const std::int64_t sc = w.scale_cols();
+  const float* s = w.scale + (r0 / kBlockSize) * sc;
+  for (std::int64_t j = 0; j < sc; ++j)
+    if (!simd::e4m3_scale_exact(s[j])) return nullptr;
+  return s;
+}
+
+/// The T rows' values value(t, i), i < n, side by side as f32: out[i T + t] (the layout of the
+/// kernels that broadcast x from memory).
+template <class Value>
+void side_by_side(std::int64_t T, std::int64_t n, Value&& value, float* out) {
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t i = 0; i < n; ++i) out[i * T + t] = value(t, i);
+}
+
+}  // namespace detail
+
 /// \brief Projects q_nope into the latent space through wkv_b's key rows (the absorbed decode form):
-///        q_lat[t, h] = bf16(sum_d q_nope[t, h, d] * W[h (nope + v) + d, :]).
+///        q_lat[t, h] = bf16(sum_d q_nope[t, h, d] * W[h (nope + v) + d, :]), f32 sums in increasing d.
 /// \param q      [T, H, nope + rope] bf16 (q_nope is the first `nope` of each head)
 /// \param T      tokens
 /// \param H      attention heads (this rank's)
 /// \param nope   qk_nope_head_dim
 /// \param rope   qk_rope_head_dim (only to step over q_pe)
 /// \param v      v_head_dim (only to step over wkv_b's value rows)
-/// \param wkv_b  [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use)
+/// \param wkv_b  [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use; at up
+///               to 8 tokens, where a head's rows share exact block scales, their codes are read as
+///               stored instead: the same products, GemmOps::e4m3_scaled_cols)
 /// \param q_lat  [T, H, C] bf16
 inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
                          std::int64_t v, const WeightView<>& wkv_b, bf16* q_lat) {
   detail::check_weight_dtype(wkv_b, "absorb_query");
-  const std::int64_t C = wkv_b.in;
-  parallel_for(H, (T + 1) * nope * C, [&](std::int64_t h) {
+  const std::int64_t C = wkv_b.in, runs = std::min<std::int64_t>(H, num_threads());
+  const auto* codes = static_cast<const std::uint8_t*>(wkv_b.data);
+  const bool direct = T <= 8 && gemm_ops().e4m3_scaled_cols != nullptr;
+  // a contiguous run of heads per thread, so that each head's kernel can ask for the next one's rows
+  parallel_for(runs, (T + 1) * nope * C * ((H + runs - 1) / runs), [&](std::int64_t run) {
     const simd::GemmOps& ops = gemm_ops();
-    float* w = detail::attention_scratch(0, static_cast<std::size_t>(nope * C));
     float* qn = detail::attention_scratch(1, static_cast<std::size_t>(T * nope));
     float* o = detail::attention_scratch(2, static_cast<std::size_t>(T * C));
-    weight_rows_f32(wkv_b, h * (nope + v), nope, w);
-    for (std::int64_t t = 0; t < T; ++t)
-      ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q + (t * H + h) * (nope + rope)), nope, qn + t * nope);
-    detail::matmul_exact_products(T, C, nope, qn, nope, w, C, false, o, C);
-    for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t c = 0; c < C; ++c) q_lat[(t * H + h) * C + c] = bf16(o[t * C + c]);
+    const std::int64_t h1 = (run + 1) * H / runs;
+    for (std::int64_t h = run * H / runs; h < h1; ++h) {
+      const std::int64_t r0 = h * (nope + v);
+      const float* ws = direct ? detail::exact_row_scales(wkv_b, r0, nope) : nullptr;
+      if (ws) {
+        detail::side_by_side(
+            T, nope,
+            [&](std::int64_t t, std::int64_t d) { return static_cast<float>(q[(t * H + h) * (nope + rope) + d]); }, qn);
+        ops.e4m3_scaled_cols(static_cast<int>(T), nope, C, qn, codes + r0 * C, C, ws, o, C,
+                             h + 1 < h1 ? codes + (r0 + nope + v) * C : nullptr);
+      } else {
+        float* w = detail::attention_scratch(0, static_cast<std::size_t>(nope * C));
+        weight_rows_f32(wkv_b, r0, nope, w);
+        for (std::int64_t t = 0; t < T; ++t)
+          ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q + (t * H + h) * (nope + rope)), nope, qn + t * nope);
+        detail::matmul_exact_products(T, C, nope, qn, nope, w, C, false, o, C);
+      }
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t c = 0; c < C; ++c) q_lat[(t * H + h) * C + c] = bf16(o[t * C + c]);
+    }
   });
 }
 
 /// \brief Maps latent attention outputs to values through wkv_b's value rows:
-///        out[t, h] = bf16(sum_c o_lat[t, h, c] * W[h (nope + v) + nope + d, c]).
+///        out[t, h] = bf16(sum_c o_lat[t, h, c] * W[h (nope + v) + nope + d, c]), f32 sums in increasing c.
 /// \param o_lat [T, H, C] bf16
 /// \param T     tokens
 /// \param H     attention heads (this rank's)
 /// \param nope  qk_nope_head_dim (only to step over wkv_b's key rows)
 /// \param v     v_head_dim
-/// \param wkv_b [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use)
+/// \param wkv_b [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use; at up
+///              to 8 tokens, where a head's rows share exact block scales and C is a multiple of 128,
+///              their codes are read as stored instead: the same products, GemmOps::e4m3_scaled_rows)
 /// \param out   [T, H, v] bf16
 inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t v,
                            const WeightView<>& wkv_b, bf16* out) {
   detail::check_weight_dtype(wkv_b, "project_values");
-  const std::int64_t C = wkv_b.in;
-  parallel_for(H, (T + 1) * v * C, [&](std::int64_t h) {
+  const std::int64_t C = wkv_b.in, runs = std::min<std::int64_t>(H, num_threads());
+  const auto* codes = static_cast<const std::uint8_t*>(wkv_b.data);
+  const bool direct = T <= 8 && C % kBlockSize == 0 && gemm_ops().e4m3_scaled_rows != nullptr;
+  // a contiguous run of heads per thread, so that each group of rows can ask for the next one
+  parallel_for(runs, (T + 1) * v * C * ((H + runs - 1) / runs), [&](std::int64_t run) {
     const simd::GemmOps& ops = gemm_ops();
-    float* w = detail::attention_scratch(0, static_cast<std::size_t>(v * C));
     float* o = detail::attention_scratch(1, static_cast<std::size_t>(T * C));
     float* y = detail::attention_scratch(2, static_cast<std::size_t>(T * v));
-    weight_rows_f32(wkv_b, h * (nope + v) + nope, v, w);
-    for (std::int64_t t = 0; t < T; ++t)
-      ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(o_lat + (t * H + h) * C), C, o + t * C);
-    detail::matmul_exact_products(T, v, C, o, C, w, C, true, y, v);
-    for (std::int64_t t = 0; t < T; ++t)
-      for (std::int64_t d = 0; d < v; ++d) out[(t * H + h) * v + d] = bf16(y[t * v + d]);
+    const std::int64_t h1 = (run + 1) * H / runs;
+    for (std::int64_t h = run * H / runs; h < h1; ++h) {
+      const std::int64_t r0 = h * (nope + v) + nope;
+      const float* ws = direct ? detail::exact_row_scales(wkv_b, r0, v) : nullptr;
+      if (ws) {
+        detail::side_by_side(
+            T, C, [&](std::int64_t t, std::int64_t c) { return static_cast<float>(o_lat[(t * H + h) * C + c]); }, o);
+        for (std::int64_t r = 0; r < v; r += 16) {
+          const std::uint8_t* next = r + 16 < v ? codes + (r0 + r + 16) * C
+                                     : h + 1 < h1 ? codes + (r0 + nope + v) * C
+                                                  : nullptr;
+          ops.e4m3_scaled_rows(static_cast<int>(T), static_cast<int>(std::min<std::int64_t>(16, v - r)), C, o,
+                               codes + (r0 + r) * C, C, ws, y + r, v, next);
+        }
+      } else {
+        float* w = detail::attention_scratch(0, static_cast<std::size_t>(v * C));
+        weight_rows_f32(wkv_b, r0, v, w);
+        for (std::int64_t t = 0; t < T; ++t)
+          ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(o_lat + (t * H + h) * C), C, o + t * C);
+        detail::matmul_exact_products(T, v, C, o, C, w, C, true, y, v);
+      }
+      for (std::int64_t t = 0; t < T; ++t)
+        for (std::int64_t d = 0; d < v; ++d) out[(t * H + h) * v + d] = bf16(y[t * v + d]);
+    }
   });
 }
 

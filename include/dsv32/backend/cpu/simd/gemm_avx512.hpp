@@ -25,6 +25,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "dsv32/backend/cpu/simd/gemm_avx2.hpp"
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
@@ -1144,6 +1145,115 @@ DSV32_TARGET_AVX512_VBMI inline void e4m3_panel_rows_f32(int M, int rows, std::i
                      const float* wsg, int valid, float* o) { kernel(blocks, x, s, ldxs, wg, ld, wsg, valid, o, ldo); });
 }
 
+/// GemmOps::e4m3_scaled_cols for MT x rows: NV vectors of 16 columns at a time (64 columns up to
+/// 4 rows, 32 from 5 on: 16 accumulators), each row's codes widened with their column block's
+/// scale by load_row_e4m3 (exact: the scales are e4m3_scale_exact) and multiplied into the MT
+/// accumulators with x broadcast from memory; one FMA per product (exact, so it rounds as the
+/// addition alone). Each step asks for one line of `next` (the caller's next rows, D ldw bytes).
+template <int MT>
+DSV32_TARGET_AVX512 void e4m3_scaled_cols_mt(std::int64_t D, std::int64_t N, const float* x, const std::uint8_t* w,
+                                             std::int64_t ldw, const float* scale, float* out, std::int64_t ldo,
+                                             const std::uint8_t* next) {
+  constexpr int NV = MT > 4 ? 2 : 4;
+  std::int64_t ahead = 0;
+  const std::int64_t ahead_end = next ? D * ldw : 0;
+  for (std::int64_t j0 = 0; j0 < N; j0 += 16 * NV) {
+    __mmask16 lanes[NV];
+    float s[NV];
+    for (int v = 0; v < NV; ++v) {
+      const std::int64_t j = j0 + 16 * v, left = N - j;
+      lanes[v] = static_cast<__mmask16>(left >= 16 ? 0xFFFF : left > 0 ? (1u << left) - 1u : 0u);
+      s[v] = left > 0 ? scale[j / 128] : 0.0f;
+    }
+    __m512 acc[MT][NV];
+    for (int m = 0; m < MT; ++m)
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_setzero_ps();
+    const std::uint8_t* wr = w + j0;
+    for (std::int64_t d = 0; d < D; ++d, wr += ldw) {
+      if (ahead < ahead_end) _mm_prefetch(reinterpret_cast<const char*>(next + ahead), _MM_HINT_T0), ahead += 64;
+      __m512 wv[NV];
+      for (int v = 0; v < NV; ++v) wv[v] = load_row_e4m3(wr + 16 * v, lanes[v], s[v]);
+      for (int m = 0; m < MT; ++m) {
+        const __m512 xm = _mm512_set1_ps(x[d * MT + m]);
+        for (int v = 0; v < NV; ++v) acc[m][v] = _mm512_fmadd_ps(wv[v], xm, acc[m][v]);
+      }
+    }
+    for (int m = 0; m < MT; ++m)
+      for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(out + m * ldo + j0 + 16 * v, lanes[v], acc[m][v]);
+  }
+}
+
+/// GemmOps::e4m3_scaled_cols: e4m3_scaled_cols_mt for M rows.
+DSV32_TARGET_AVX512 inline void e4m3_scaled_cols(int M, std::int64_t D, std::int64_t N, const float* x,
+                                                 const std::uint8_t* w, std::int64_t ldw, const float* scale,
+                                                 float* out, std::int64_t ldo, const std::uint8_t* next) {
+  using Kernel = void (*)(std::int64_t, std::int64_t, const float*, const std::uint8_t*, std::int64_t, const float*,
+                          float*, std::int64_t, const std::uint8_t*);
+  static constexpr Kernel kernels[8] = {e4m3_scaled_cols_mt<1>, e4m3_scaled_cols_mt<2>, e4m3_scaled_cols_mt<3>,
+                                        e4m3_scaled_cols_mt<4>, e4m3_scaled_cols_mt<5>, e4m3_scaled_cols_mt<6>,
+                                        e4m3_scaled_cols_mt<7>, e4m3_scaled_cols_mt<8>};
+  kernels[M - 1](D, N, x, w, ldw, scale, out, ldo, next);
+}
+
+/// GemmOps::e4m3_scaled_rows for MT x rows and 16 weight rows (lanes over the rows): per 16 columns
+/// the codes are transposed and looked up as bf16 pairs (panel_codes16, panel_pairs16, as in
+/// e4m3_panel16_fma), each column's vector times its block's scale (exact), then multiplied into the
+/// MT accumulators in increasing column order (even, then odd), x broadcast from memory. Each step
+/// asks for four lines of `next` (16 rows ldw bytes apart, as w).
+template <int MT>
+DSV32_TARGET_AVX512_VBMI void e4m3_scaled_rows16(std::int64_t blocks, const float* xf, const std::uint8_t* w,
+                                                 std::int64_t ldw, const float* scale, __mmask16 lanes, float* out,
+                                                 std::int64_t ldo, const std::uint8_t* next) {
+  const PanelLut lut = PanelLut::load();
+  const __m512i hi_half = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m512 acc[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = _mm512_setzero_ps();
+  for (std::int64_t kb = 0; kb < blocks; ++kb) {
+    const __m512 s = _mm512_set1_ps(scale[kb]);
+    for (int h = 0; h < 8; ++h) {
+      if (next)  // the next rows' block kb: one line of four of their rows per step
+        for (int r = 0; r < 4; ++r)
+          _mm_prefetch(reinterpret_cast<const char*>(next + (4 * (h / 2) + r) * ldw + kb * 128 + 64 * (h % 2)),
+                       _MM_HINT_T0);
+      __m512i c[4];
+      panel_codes16(w + kb * 128 + 16 * h, ldw, c);
+#if !defined(__CUDACC__)
+#pragma GCC unroll 4
+#endif
+      for (int j = 0; j < 4; ++j) {
+        __m512i pair[2];
+        panel_pairs16(lut, c[j], pair);
+        for (int e = 0; e < 2; ++e) {
+          const float* x = xf + (kb * 128 + 16 * h + 4 * j + 2 * e) * MT;  // the even column's MT values, then the odd's
+          const __m512 even = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(pair[e], 16)), s);
+          const __m512 odd = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_and_si512(pair[e], hi_half)), s);
+          for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_ps(even, _mm512_set1_ps(x[m]), acc[m]);
+          for (int m = 0; m < MT; ++m) acc[m] = _mm512_fmadd_ps(odd, _mm512_set1_ps(x[MT + m]), acc[m]);
+        }
+      }
+    }
+  }
+  for (int m = 0; m < MT; ++m) _mm512_mask_storeu_ps(out + m * ldo, lanes, acc[m]);
+}
+
+/// GemmOps::e4m3_scaled_rows: e4m3_scaled_rows16 for M rows; fewer than 16 weight rows are copied
+/// into a zero-padded tile first.
+DSV32_TARGET_AVX512_VBMI inline void e4m3_scaled_rows(int M, int n, std::int64_t K, const float* x,
+                                                      const std::uint8_t* w, std::int64_t ldw, const float* scale,
+                                                      float* out, std::int64_t ldo, const std::uint8_t* next) {
+  using Kernel = void (*)(std::int64_t, const float*, const std::uint8_t*, std::int64_t, const float*, __mmask16,
+                          float*, std::int64_t, const std::uint8_t*);
+  static constexpr Kernel kernels[8] = {e4m3_scaled_rows16<1>, e4m3_scaled_rows16<2>, e4m3_scaled_rows16<3>,
+                                        e4m3_scaled_rows16<4>, e4m3_scaled_rows16<5>, e4m3_scaled_rows16<6>,
+                                        e4m3_scaled_rows16<7>, e4m3_scaled_rows16<8>};
+  const __mmask16 lanes = static_cast<__mmask16>(n >= 16 ? 0xFFFF : (1u << n) - 1u);
+  if (n >= 16) return kernels[M - 1](K / 128, x, w, ldw, scale, lanes, out, ldo, next);
+  thread_local std::vector<std::uint8_t> tile;
+  tile.assign(static_cast<std::size_t>(16 * K), 0);
+  for (int r = 0; r < n; ++r) std::memcpy(tile.data() + r * K, w + r * ldw, static_cast<std::size_t>(K));
+  kernels[M - 1](K / 128, x, tile.data(), K, scale, lanes, out, ldo, nullptr);
+}
+
 /// The top two bytes of double(|value|) of E4M3 codes 0..127 (0x7F reading as 480; the other 48
 /// bits of each such double are zero): e4m3_panel8_f64's lookup tables. Every E4M3 value, the
 /// subnormal ones included, is a normal double.
@@ -1317,12 +1427,14 @@ inline const GemmOps& avx512_ops() {
     o.fp8_value_dots = avx512::fp8_value_dots;
     o.fp8_value_dots_scaled = avx512::fp8_value_dots_scaled;
     o.bf16_rows = avx512::bf16_rows;
+    o.e4m3_scaled_cols = avx512::e4m3_scaled_cols;
     // the fast FP8 small-M kernels look codes up with VBMI; without it (Skylake-SP, Cascade Lake)
     // the AVX2 table's, the same bits
     o.e4m3_pair_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_pair_rows<false> : avx2::e4m3_pair_rows;
     if (cpu_has_avx512_vbmi()) {
       o.e4m3_panel_rows_f32 = avx512::e4m3_panel_rows_f32;
       o.e4m3_panel_rows_f64 = avx512::e4m3_panel_rows_f64;
+      o.e4m3_scaled_rows = avx512::e4m3_scaled_rows;
     } else {
       o.e4m3_panel_rows = avx2::e4m3_panel_rows;
     }

@@ -182,6 +182,27 @@ struct GemmOps {
   void (*e4m3_panel_rows_f32)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const float* xf,
                               const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
                               const float* ws, float* out, std::int64_t ldo) = nullptr;
+
+  /// The absorbed decode's products (cpu::absorb_query) on the rows of an FP8 weight that share one
+  /// 128-row scale block, its codes read as they are stored (optional: null where the table has none;
+  /// the caller then dequantizes the rows and takes micro_exact_products, the same sums). Each weight
+  /// is value(code) * scale[j / 128] — with every scale exact (e4m3_scale_exact), the reference's
+  /// dequantized weight, exact in bf16, so every product with a bf16 x value is exact in f32:
+  /// out[m][j] = sum over d < D of x[d M + m] w[d][j], in increasing d from +0, one rounding per
+  /// addition, for m < M (1..8) and j < N; x holds the M rows of each d side by side, w's rows are
+  /// ldw bytes apart, out's rows ldo apart. `next` (or null): rows of the same shape the caller
+  /// reads next, asked for from memory meanwhile (a head's few KB are too short for the hardware
+  /// prefetcher to get going).
+  void (*e4m3_scaled_cols)(int M, std::int64_t D, std::int64_t N, const float* x, const std::uint8_t* w,
+                           std::int64_t ldw, const float* scale, float* out, std::int64_t ldo,
+                           const std::uint8_t* next) = nullptr;
+
+  /// The same weights with the sums along the rows (cpu::project_values): out[m][r] = sum over
+  /// k < K of x[k M + m] value(w[r][k]) scale[k / 128], in increasing k from +0, for m < M (1..8),
+  /// r < n (1..16); K a multiple of 128; `next` as above, 16 rows (optional: null where the table
+  /// has none).
+  void (*e4m3_scaled_rows)(int M, int n, std::int64_t K, const float* x, const std::uint8_t* w, std::int64_t ldw,
+                           const float* scale, float* out, std::int64_t ldo, const std::uint8_t* next) = nullptr;
 };
 
 /// \brief Whether every E4M3 weight value times `scale` is a normal f32 exact in bf16, so that
