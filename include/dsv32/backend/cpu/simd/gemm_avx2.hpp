@@ -611,6 +611,96 @@ DSV32_TARGET_AVX2 inline void e4m3_panel_rows(int M, int rows, std::int64_t kb0,
   }
 }
 
+/// GemmOps::e4m3_scaled_cols for MT x rows: the AVX-512 kernel's arithmetic on 8-lane vectors, NV
+/// vectors of 8 columns at a time (at most 8 accumulators), each row's codes widened exactly and
+/// times their column block's scale (exact: e4m3_scale_exact), one FMA per product.
+template <int MT>
+DSV32_TARGET_AVX2 void e4m3_scaled_cols_mt(std::int64_t D, std::int64_t N, const float* x, const std::uint8_t* w,
+                                           std::int64_t ldw, const float* scale, float* out, std::int64_t ldo,
+                                           const std::uint8_t* next) {
+  constexpr int NV = MT > 4 ? 1 : MT > 2 ? 2 : 4;
+  std::int64_t ahead = 0;
+  const std::int64_t ahead_end = next ? D * ldw : 0;
+  for (std::int64_t j0 = 0; j0 < N; j0 += 8 * NV) {
+    int cnt[NV];
+    __m256 s[NV];
+    for (int v = 0; v < NV; ++v) {
+      const std::int64_t j = j0 + 8 * v;
+      cnt[v] = static_cast<int>(std::clamp<std::int64_t>(N - j, 0, 8));
+      s[v] = _mm256_set1_ps(cnt[v] > 0 ? scale[j / 128] : 0.0f);
+    }
+    __m256 acc[MT][NV];
+    for (int m = 0; m < MT; ++m)
+      for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_setzero_ps();
+    const std::uint8_t* wr = w + j0;
+    for (std::int64_t d = 0; d < D; ++d, wr += ldw) {
+      if (ahead < ahead_end) _mm_prefetch(reinterpret_cast<const char*>(next + ahead), _MM_HINT_T0), ahead += 64;
+      __m256 wv[NV];
+      for (int v = 0; v < NV; ++v)
+        wv[v] = cnt[v] > 0 ? _mm256_mul_ps(load_row<2>(wr + 8 * v, 0, 0, 0, cnt[v]), s[v]) : _mm256_setzero_ps();
+      for (int m = 0; m < MT; ++m) {
+        const __m256 xm = _mm256_set1_ps(x[d * MT + m]);
+        for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(wv[v], xm, acc[m][v]);
+      }
+    }
+    for (int m = 0; m < MT; ++m)
+      for (int v = 0; v < NV; ++v) {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, acc[m][v]);
+        std::copy(tmp, tmp + cnt[v], out + m * ldo + j0 + 8 * v);
+      }
+  }
+}
+
+/// GemmOps::e4m3_scaled_cols: e4m3_scaled_cols_mt for M rows.
+DSV32_TARGET_AVX2 inline void e4m3_scaled_cols(int M, std::int64_t D, std::int64_t N, const float* x,
+                                               const std::uint8_t* w, std::int64_t ldw, const float* scale,
+                                               float* out, std::int64_t ldo, const std::uint8_t* next) {
+  using Kernel = void (*)(std::int64_t, std::int64_t, const float*, const std::uint8_t*, std::int64_t, const float*,
+                          float*, std::int64_t, const std::uint8_t*);
+  static constexpr Kernel kernels[8] = {e4m3_scaled_cols_mt<1>, e4m3_scaled_cols_mt<2>, e4m3_scaled_cols_mt<3>,
+                                        e4m3_scaled_cols_mt<4>, e4m3_scaled_cols_mt<5>, e4m3_scaled_cols_mt<6>,
+                                        e4m3_scaled_cols_mt<7>, e4m3_scaled_cols_mt<8>};
+  kernels[M - 1](D, N, x, w, ldw, scale, out, ldo, next);
+}
+
+/// GemmOps::e4m3_scaled_rows for MT x rows and n <= 8 weight rows (lanes over the rows): per 8
+/// columns the rows' codes widened exactly, times their block's scale, transposed (transpose8) and
+/// multiplied into the MT accumulators in increasing column order, x broadcast from memory.
+template <int MT>
+DSV32_TARGET_AVX2 void e4m3_scaled_rows8(std::int64_t K, const float* x, const std::uint8_t* w, std::int64_t ldw,
+                                         const float* scale, int n, float* out, std::int64_t ldo) {
+  __m256 acc[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
+  for (std::int64_t k0 = 0; k0 < K; k0 += 8) {
+    const __m256 s = _mm256_set1_ps(scale[k0 / 128]);
+    __m256 r[8];
+    for (int j = 0; j < 8; ++j) r[j] = j < n ? _mm256_mul_ps(load_row<2>(w, ldw, j, static_cast<int>(k0), 8), s) : _mm256_setzero_ps();
+    transpose8(r);
+    for (int c = 0; c < 8; ++c)
+      for (int m = 0; m < MT; ++m) acc[m] = _mm256_fmadd_ps(r[c], _mm256_set1_ps(x[(k0 + c) * MT + m]), acc[m]);
+  }
+  for (int m = 0; m < MT; ++m) {
+    alignas(32) float tmp[8];
+    _mm256_store_ps(tmp, acc[m]);
+    std::copy(tmp, tmp + n, out + m * ldo);
+  }
+}
+
+/// GemmOps::e4m3_scaled_rows: e4m3_scaled_rows8 for M rows, 8 weight rows at a time (`next` is not
+/// used: the rows' transposes, not their reads, bound this kernel).
+DSV32_TARGET_AVX2 inline void e4m3_scaled_rows(int M, int n, std::int64_t K, const float* x, const std::uint8_t* w,
+                                               std::int64_t ldw, const float* scale, float* out, std::int64_t ldo,
+                                               const std::uint8_t* /*next*/) {
+  using Kernel = void (*)(std::int64_t, const float*, const std::uint8_t*, std::int64_t, const float*, int, float*,
+                          std::int64_t);
+  static constexpr Kernel kernels[8] = {e4m3_scaled_rows8<1>, e4m3_scaled_rows8<2>, e4m3_scaled_rows8<3>,
+                                        e4m3_scaled_rows8<4>, e4m3_scaled_rows8<5>, e4m3_scaled_rows8<6>,
+                                        e4m3_scaled_rows8<7>, e4m3_scaled_rows8<8>};
+  for (int r0 = 0; r0 < n; r0 += 8)
+    kernels[M - 1](K, x, w + r0 * ldw, ldw, scale, n - r0 < 8 ? n - r0 : 8, out + r0, ldo);
+}
+
 }  // namespace dsv32::cpu::simd::avx2
 
 namespace dsv32::cpu::simd {
@@ -642,6 +732,8 @@ inline const GemmOps& avx2_ops() {
     o.e4m3_pair_rows = avx2::e4m3_pair_rows;
     o.e4m3_panel_rows = avx2::e4m3_panel_rows;
     o.e4m3_rows = avx2::e4m3_rows;
+    o.e4m3_scaled_cols = avx2::e4m3_scaled_cols;
+    o.e4m3_scaled_rows = avx2::e4m3_scaled_rows;
     o.fp8_value_dots = avx2::fp8_value_dots;
     return o;
   }();

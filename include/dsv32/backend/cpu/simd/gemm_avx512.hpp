@@ -1437,6 +1437,7 @@ inline const GemmOps& avx512_ops() {
       o.e4m3_scaled_rows = avx512::e4m3_scaled_rows;
     } else {
       o.e4m3_panel_rows = avx2::e4m3_panel_rows;
+      o.e4m3_scaled_rows = avx2::e4m3_scaled_rows;
     }
     return o;
   }();
