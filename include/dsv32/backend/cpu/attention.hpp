@@ -413,15 +413,16 @@ void side_by_side(std::int64_t T, std::int64_t n, Value&& value, float* out) {
 /// \param rope   qk_rope_head_dim (only to step over q_pe)
 /// \param v      v_head_dim (only to step over wkv_b's value rows)
 /// \param wkv_b  [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use; at up
-///               to 8 tokens, where a head's rows share exact block scales, their codes are read as
-///               stored instead: the same products, GemmOps::e4m3_scaled_cols)
+///               to 8 tokens (GemmOps::scaled_cols_rows), where a head's rows share exact block
+///               scales, their codes are read as stored instead: the same products,
+///               GemmOps::e4m3_scaled_cols)
 /// \param q_lat  [T, H, C] bf16
 inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
                          std::int64_t v, const WeightView<>& wkv_b, bf16* q_lat) {
   detail::check_weight_dtype(wkv_b, "absorb_query");
   const std::int64_t C = wkv_b.in, runs = std::min<std::int64_t>(H, num_threads());
   const auto* codes = static_cast<const std::uint8_t*>(wkv_b.data);
-  const bool direct = T <= 8 && gemm_ops().e4m3_scaled_cols != nullptr;
+  const bool direct = gemm_ops().e4m3_scaled_cols != nullptr && T <= gemm_ops().scaled_cols_rows;
   // a contiguous run of heads per thread, so that each head's kernel can ask for the next one's rows
   parallel_for(runs, (T + 1) * nope * C * ((H + runs - 1) / runs), [&](std::int64_t run) {
     const simd::GemmOps& ops = gemm_ops();
