@@ -394,14 +394,6 @@ inline const float* exact_row_scales(const WeightView<>& w, std::int64_t r0, std
   return s;
 }
 
-/// The T rows' values value(t, i), i < n, side by side as f32: out[i T + t] (the layout of the
-/// kernels that broadcast x from memory).
-template <class Value>
-void side_by_side(std::int64_t T, std::int64_t n, Value&& value, float* out) {
-  for (std::int64_t t = 0; t < T; ++t)
-    for (std::int64_t i = 0; i < n; ++i) out[i * T + t] = value(t, i);
-}
-
 }  // namespace detail
 
 /// \brief Projects q_nope into the latent space through wkv_b's key rows (the absorbed decode form):

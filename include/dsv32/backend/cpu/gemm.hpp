@@ -323,6 +323,14 @@ inline std::uint32_t e4m3_bf16_pair(std::uint8_t even, std::uint8_t odd) {
   return (std::bit_cast<std::uint32_t>(kE4m3Decode[odd]) & 0xFFFF0000u) | (std::bit_cast<std::uint32_t>(kE4m3Decode[even]) >> 16);
 }
 
+/// The T rows' values value(t, i), i < n, side by side: out[i T + t] (the layout of the kernels that
+/// broadcast x from memory, all T rows of a column a small offset from one pointer).
+template <class Value, class Out>
+void side_by_side(std::int64_t T, std::int64_t n, Value&& value, Out* out) {
+  for (std::int64_t t = 0; t < T; ++t)
+    for (std::int64_t i = 0; i < n; ++i) out[i * T + t] = value(t, i);
+}
+
 /// y = dequant(xq) dequant(W)^T for an F8_E4M3 weight: per 128-wide block the dot of E4M3 values
 /// (exact, or f32 in the fast mode in VDPBF16PS's order, simd/gemm_ops.hpp), rounded to f32, times xs[m, kb] * w_scale[n / 128, kb], summed
 /// over the blocks in increasing k in f32 — the reference's arithmetic. store() as dense_product().
@@ -347,19 +355,17 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     std::uint32_t* xp = nullptr;
     float* xf = nullptr;
     // x's exact values, the M rows of each column side by side (the lanes-over-rows kernels' layout)
-    auto side_by_side = [&](auto* out) {
-      for (std::int64_t m = 0; m < M; ++m)
-        for (std::int64_t k = 0; k < K; ++k) out[k * M + m] = kE4m3Decode[xq[m * K + k]];
-      return out;
-    };
+    auto x_value = [&](std::int64_t m, std::int64_t k) { return kE4m3Decode[xq[m * K + k]]; };
     if (exact_panel) {
-      xd = side_by_side(gemm_scratch<double>(0, static_cast<std::size_t>(M * K)));
+      xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
+      side_by_side(M, K, x_value, xd);
     } else if (exact) {
       xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
       ops.widen_e4m3_f64(xq, M * K, xd);
       for (std::int64_t i = 0; i < M * K; ++i) xd[i] *= simd::kE4m3RowsXScale;
     } else if (panel_f32) {
-      xf = side_by_side(gemm_scratch<float>(0, static_cast<std::size_t>(M * K)));
+      xf = gemm_scratch<float>(0, static_cast<std::size_t>(M * K));
+      side_by_side(M, K, x_value, xf);
     } else {
       xp = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(M * K / 2));
       for (std::int64_t i = 0; i < M * KB; ++i)
