@@ -90,6 +90,14 @@ inline std::uint8_t encode_e4m3(float x) noexcept {
   return static_cast<std::uint8_t>(sign | static_cast<unsigned>((exponent + 7) << 3) | mantissa);
 }
 
+/// \brief A positive normal float rounded up to a power of two, on its bits (a ue8m0 scale: the
+///        reference's kernel rounds activation scales so, and the released V3.1 / V3.2 weight
+///        scales are such powers).
+inline float ceil_pow2(float s) noexcept {
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(s);
+  return std::bit_cast<float>(((bits >> 23) + ((bits & 0x7FFFFFu) != 0 ? 1u : 0u)) << 23);
+}
+
 /// @}
 
 }  // namespace dsv32

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <cstdint>
@@ -566,9 +565,9 @@ class Transformer {
   // Writes FP8 weight `p` ([n, k], values from `fill`) quantized per 128x128 block with scale
   // max(amax / 448, 1e-12), rounded up to a power of two where the config's scale_fmt is ue8m0 (the
   // released V3.1 / V3.2 checkpoints' weight scales are); returns the scales ([ceil(n / 128),
-  // ceil(k / 128)]). When the uploader
-  // asks for the whole tensor at once (host memory), each 128-row block is drawn once, its scales
-  // taken and its codes written; otherwise the scales are taken first and each chunk drawn again.
+  // ceil(k / 128)]). When the uploader asks for the whole tensor at once (host memory), each 128-row
+  // block is drawn once, its scales taken and its codes written; otherwise the scales are taken
+  // first and each chunk drawn again.
   static std::vector<float> write_random_fp8(const Parameter<Backend>& p, const RandomFill& fill,
                                              WeightUploader<Backend>& up, void* dst) {
     const std::int64_t n = p.shape()[0], k = p.shape()[1];
@@ -588,10 +587,7 @@ class Transformer {
           for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) s[j] = std::max(s[j], std::fabs(w[r * k + c]));
       for (std::int64_t j = 0; j < kb; ++j) {
         s[j] = std::max(s[j] / kE4m3Max, 1e-12f);
-        if constexpr (Config::scale_fmt == ScaleFmt::ue8m0) {  // up to a power of two, as in the released weights
-          const auto bits = std::bit_cast<std::uint32_t>(s[j]);
-          s[j] = std::bit_cast<float>(((bits >> 23) + ((bits & 0x7FFFFFu) != 0 ? 1u : 0u)) << 23);
-        }
+        if constexpr (Config::scale_fmt == ScaleFmt::ue8m0) s[j] = ceil_pow2(s[j]);
       }
       if (codes == nullptr) return;
       for (std::int64_t r = 0; r < rows; ++r)

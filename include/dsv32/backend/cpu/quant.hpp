@@ -22,10 +22,7 @@ namespace dsv32::cpu {
 inline float activation_scale(float amax, ScaleFmt fmt) noexcept {
   amax = std::max(amax, 1e-4f);
   const float s = amax * (1.0f / kE4m3Max);
-  if (fmt == ScaleFmt::none) return s;
-  const std::uint32_t bits = std::bit_cast<std::uint32_t>(s);
-  const int exponent = static_cast<int>((bits >> 23) & 0xFFu) - 127 + ((bits & 0x7FFFFFu) != 0 ? 1 : 0);
-  return std::bit_cast<float>(static_cast<std::uint32_t>(exponent + 127) << 23);
+  return fmt == ScaleFmt::none ? s : ceil_pow2(s);
 }
 
 /// \brief One dequantized weight: bf16(e4m3 value * its 128x128 block scale), as the reference's
