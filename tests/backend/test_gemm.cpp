@@ -533,7 +533,7 @@ TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows(_f32), every ISA: f32 outpu
   else MESSAGE("no ISA here has GemmOps::e4m3_panel_rows (AVX-512 VBMI): only the row order's kernels tested");
 }
 
-TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64, every ISA: f32 outputs bit-identical to the exact block dots") {
+TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64 / e4m3_tiles_rows, every ISA: f32 outputs bit-identical to the exact block dots") {
   // The exact decode kernels' own f32 outputs against their definition: per block the exact dot
   // (a double sum of exact products, any order) rounded to f32, times the f32 product of the scales,
   // added to what out holds; blocks in two calls. Every code (subnormal ones, +-0, 0x7F / 0xFF as
@@ -542,9 +542,9 @@ TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64, every ISA: f32 outputs bit-
   std::mt19937 gen(43);
   std::uniform_int_distribution<int> any_code(0, 255);
   std::uniform_real_distribution<float> unit(0.5f, 2.0f);
-  int panel_kernels = 0;
+  int panel_kernels = 0, tile_kernels = 0;
   for (const int KB : {9, 17})
-    for (const int M : {1, 2, 4, 5, 6, 7, 8})
+    for (const int M : {1, 2, 3, 4, 5, 6, 7, 8})
       for (const int rows : {1, 8, 13, 37}) {
         const int K = 128 * KB;
         std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K)), wq(static_cast<std::size_t>(rows * K));
@@ -590,10 +590,66 @@ TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64, every ISA: f32 outputs bit-
             ops.e4m3_panel_rows_f64(M, rows, kb0, kb1, xv.data(), xs.data(), KB, wq.data(), K, ws.data(), out.data(),
                                     rows);
           CHECK(same_bits(out, expected));
+          if (!ops.e4m3_tiles_rows) continue;
+          ++tile_kernels;
+          std::vector<std::int8_t> xt(static_cast<std::size_t>(cpu::simd::e4m3_plane_tile_bytes(M, K)));
+          ops.e4m3_plane_tiles(xq.data(), M, K, xt.data());
+          out = start;
+          for (const auto& [kb0, kb1] : {std::pair{0, 2}, std::pair{2, KB}})
+            ops.e4m3_tiles_rows(M, rows, kb0, kb1, xt.data(), xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
+          CHECK(same_bits(out, expected));
         }
       }
   if (cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi()) CHECK(panel_kernels > 0);
   else MESSAGE("no ISA here has GemmOps::e4m3_panel_rows_f64 (AVX-512 VBMI): only e4m3_rows tested");
+  if (cpu::detected_isa() >= cpu::Isa::avx512_bf16 && cpu::cpu_has_avx512_vbmi() && cpu::cpu_has_amx_int8())
+    CHECK(tile_kernels > 0);
+  else MESSAGE("this CPU (or OS) has no AMX-INT8 for this process: GemmOps::e4m3_tiles_rows not tested here");
+}
+
+TEST_CASE("simd::e4m3_plane: every code's magnitude as digit * 16^plane * 2^-9, digits within int8") {
+  // The split the AMX kernel's exactness rests on, against the closed form of the E4M3 values.
+  for (unsigned code = 0; code < 256; ++code) {
+    CAPTURE(code);
+    const cpu::simd::E4m3Plane p = cpu::simd::e4m3_plane(static_cast<std::uint8_t>(code));
+    CHECK(p.plane >= 0);
+    CHECK(p.plane <= 3);
+    CHECK(p.digit >= 0);
+    CHECK(p.digit <= 120);
+    const double magnitude = (code & 0x7F) == 0x7F ? 480.0 : std::fabs(e4m3_value(code));
+    CHECK(std::ldexp(static_cast<double>(p.digit), 4 * p.plane - 9) == magnitude);
+  }
+}
+
+TEST_CASE("GemmOps::e4m3_plane_tiles, where the table has it: the documented tile layout") {
+  // Expected bytes written from the layout of simd::e4m3_plane_tile_bytes' comment: per 64-column
+  // chunk c and group g of 4 rows a 16 x 64-byte tile, byte [i][4 (4 p + t) + j] the signed digit of
+  // x[4 g + t][64 c + 4 i + j] in plane p, 0 in the other planes and for rows past M.
+  std::mt19937 gen(47);
+  for (cpu::Isa isa : isas_here()) {
+    IsaScope scope(isa);
+    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    if (!ops.e4m3_plane_tiles) continue;
+    for (const int M : {1, 3, 4, 5, 8}) {
+      CAPTURE(M);
+      const std::int64_t K = 256;
+      const int G = (M + 3) / 4;
+      std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K));
+      for (auto& c : xq) c = static_cast<std::uint8_t>(gen() & 0xFF);
+      std::vector<std::int8_t> expected(static_cast<std::size_t>(cpu::simd::e4m3_plane_tile_bytes(M, K)), 0);
+      for (int m = 0; m < M; ++m)
+        for (std::int64_t k = 0; k < K; ++k) {
+          const std::uint8_t code = xq[m * K + k];
+          const cpu::simd::E4m3Plane p = cpu::simd::e4m3_plane(code);
+          const std::int64_t c = k / 64, i = (k % 64) / 4, j = k % 4, g = m / 4, t = m % 4;
+          expected[(c * G + g) * 1024 + i * 64 + 4 * (4 * p.plane + t) + j] =
+              static_cast<std::int8_t>(code & 0x80 ? -p.digit : p.digit);
+        }
+      std::vector<std::int8_t> got(expected.size(), 99);
+      ops.e4m3_plane_tiles(xq.data(), M, K, got.data());
+      CHECK(got == expected);
+    }
+  }
 }
 
 #if defined(__SSE__)

@@ -351,12 +351,18 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     // exact mode from kE4m3PanelF64MinRows rows on: lanes over the weight rows where the table has
     // that kernel (the same bits: each block's dot is exact)
     const bool exact_panel = exact && M >= simd::kE4m3PanelF64MinRows && ops.e4m3_panel_rows_f64;
+    // and on AMX-INT8 tiles where the table has them (x as plane tiles, made once per call)
+    const bool exact_tiles = exact_panel && ops.e4m3_tiles_rows;
+    std::int8_t* xt = nullptr;
     double* xd = nullptr;
     std::uint32_t* xp = nullptr;
     float* xf = nullptr;
     // x's exact values, the M rows of each column side by side (the lanes-over-rows kernels' layout)
     auto x_value = [&](std::int64_t m, std::int64_t k) { return kE4m3Decode[xq[m * K + k]]; };
-    if (exact_panel) {
+    if (exact_tiles) {
+      xt = gemm_scratch<std::int8_t>(0, static_cast<std::size_t>(simd::e4m3_plane_tile_bytes(static_cast<int>(M), K)));
+      ops.e4m3_plane_tiles(xq, static_cast<int>(M), K, xt);
+    } else if (exact_panel) {
       xd = gemm_scratch<double>(0, static_cast<std::size_t>(M * K));
       side_by_side(M, K, x_value, xd);
     } else if (exact) {
@@ -387,7 +393,10 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
       const float* ws = w.scale + (n0 / kBlockSize) * sc;
       for (std::int64_t kb = 0; kb < KB; kb += kb_step) {
         const std::int64_t kb1 = std::min(KB, kb + kb_step);
-        if (exact_panel)
+        if (exact_tiles)
+          ops.e4m3_tiles_rows(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xt, xs, KB, wq + n0 * K, K, ws, out,
+                              rows);
+        else if (exact_panel)
           ops.e4m3_panel_rows_f64(static_cast<int>(M), static_cast<int>(cols), kb, kb1, xd, xs, KB, wq + n0 * K, K,
                                   ws, out, rows);
         else if (exact)

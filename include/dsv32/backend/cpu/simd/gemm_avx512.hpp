@@ -12,7 +12,9 @@
 /// VDPBF16PS with lanes running along k, one accumulator per (x row, weight row). From 5 x rows on
 /// (e4m3_panel_rows, the panel order) the same lookups run on 16 weight rows transposed into column
 /// pairs, lanes running over the weight rows: no reduction across lanes; on FMAs (e4m3_panel_rows_f32)
-/// x comes as f32 values, its rows side by side, broadcast from memory.
+/// x comes as f32 values, its rows side by side, broadcast from memory. On CPUs with AMX-INT8 the
+/// exact products of 3 to 8 rows run on tiles (e4m3_tiles_rows): E4M3 values split into int8 digits
+/// of four power-of-16 planes (E4m3Plane), whose integer dots are exact.
 #pragma once
 
 #include "dsv32/backend/cpu/simd/isa.hpp"
@@ -23,6 +25,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -1394,6 +1397,225 @@ DSV32_TARGET_AVX512_VBMI inline void e4m3_panel_rows_f64(int M, int rows, std::i
   }
 }
 
+/// The plane tables of the AMX kernels: t[q][c] = E4m3Plane digit of code c (bit 7 clear) where its
+/// plane is q, else 0; one VPERMT2B over a plane's two 64-byte halves looks 64 codes up.
+struct E4m3PlaneTables {
+  alignas(64) std::int8_t t[4][128];
+};
+inline const E4m3PlaneTables& e4m3_plane_tables() {
+  static const E4m3PlaneTables tables = [] {
+    E4m3PlaneTables r{};
+    for (int c = 0; c < 128; ++c) {
+      const E4m3Plane p = e4m3_plane(static_cast<std::uint8_t>(c));
+      r.t[p.plane][c] = static_cast<std::int8_t>(p.digit);
+    }
+    return r;
+  }();
+  return tables;
+}
+
+/// The plane tables in registers.
+struct PlaneLut {
+  __m512i t[8];  // plane q's halves at 2q, 2q + 1
+  DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) static PlaneLut load() {
+    const E4m3PlaneTables& p = e4m3_plane_tables();
+    PlaneLut l;
+    for (int i = 0; i < 8; ++i) l.t[i] = _mm512_load_si512(p.t[i / 2] + 64 * (i % 2));
+    return l;
+  }
+  /// Plane q's signed digits of 64 codes (`neg`: the codes with bit 7 set).
+  DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) __m512i digits(int q, __m512i codes, __mmask64 neg) const {
+    const __m512i d = _mm512_permutex2var_epi8(t[2 * q], codes, t[2 * q + 1]);
+    return _mm512_mask_sub_epi8(d, neg, _mm512_setzero_si512(), d);
+  }
+};
+
+/// GemmOps::e4m3_plane_tiles: per row and 64 codes, each plane's digits scattered as one dword
+/// column of the row group's tile (rows past M as code 0: digit 0 in every plane).
+DSV32_TARGET_AVX512_AMX inline void e4m3_plane_tiles(const std::uint8_t* xq, int M, std::int64_t K, std::int8_t* out) {
+  const PlaneLut lut = PlaneLut::load();
+  const int G = (M + 3) / 4;
+  const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                          _mm512_set1_epi32(64));
+  for (std::int64_t c = 0; c < K / 64; ++c)
+    for (int m = 0; m < 4 * G; ++m) {
+      const __m512i codes = m < M ? _mm512_loadu_si512(xq + m * K + 64 * c) : _mm512_setzero_si512();
+      const __mmask64 neg = _mm512_movepi8_mask(codes);
+      std::int8_t* tile = out + (c * G + m / 4) * 1024 + 4 * (m % 4);
+      for (int p = 0; p < 4; ++p) _mm512_i32scatter_epi32(tile + 16 * p, rows, lut.digits(p, codes, neg), 1);
+    }
+}
+
+/// The AMX tile configuration (palette 1): tiles 0..7 of 16 rows x 64 bytes.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+  std::uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+};
+
+/// Plane q's digits of columns off .. off + 63 of 4 weight rows (wr[r]) as the A tile in `tile`:
+/// row 4 q + r.
+DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) inline void plane_rows4(const PlaneLut& lut,
+                                                                              const std::uint8_t* const* wr,
+                                                                              std::int64_t off, std::int8_t* tile) {
+  for (int r = 0; r < 4; ++r) {
+    const __m512i codes = _mm512_loadu_si512(wr[r] + off);
+    const __mmask64 neg = _mm512_movepi8_mask(codes);
+    for (int q = 0; q < 4; ++q) _mm512_store_si512(tile + (4 * q + r) * 64, lut.digits(q, codes, neg));
+  }
+}
+
+/// A block's exact dots from its C tile (int32 [4 q + r][4 p + t], r a weight row, t an x row):
+/// dot(t, r) = sum over p, q of C 16^(p + q) 2^-18, as f32 (rounded once) in lane 4 r + t. The q
+/// pairs are added in int32 first (|C| < 2^21, so C + 16 C' < 2^26), the rest in double, exactly:
+/// every partial sum is a multiple of 2^-18 below 128 * 480^2 < 2^25 in magnitude (43 bits).
+DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) inline __m512 tile_dots(const std::int32_t* c,
+                                                                              const __m512d scale[4]) {
+  __m512d d[4];
+  for (int r = 0; r < 4; ++r) {
+    const __m512i q01 = _mm512_add_epi32(_mm512_load_si512(c + 16 * r), _mm512_slli_epi32(_mm512_load_si512(c + 16 * (4 + r)), 4));
+    const __m512i q23 =
+        _mm512_add_epi32(_mm512_load_si512(c + 16 * (8 + r)), _mm512_slli_epi32(_mm512_load_si512(c + 16 * (12 + r)), 4));
+    __m512d s = _mm512_mul_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(q01)), scale[0]);
+    s = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(q01, 1)), scale[1], s);
+    s = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_castsi512_si256(q23)), scale[2], s);
+    d[r] = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(q23, 1)), scale[3], s);  // lanes (p % 2, t)
+  }
+  __m256 f[2];
+  for (int i = 0; i < 2; ++i) {  // rows 2i, 2i + 1: the two p halves of each added, lanes (r, t)
+    const __m512d lo = _mm512_shuffle_f64x2(d[2 * i], d[2 * i + 1], 0x44), hi = _mm512_shuffle_f64x2(d[2 * i], d[2 * i + 1], 0xEE);
+    f[i] = _mm512_cvtpd_ps(_mm512_add_pd(lo, hi));
+  }
+  return _mm512_insertf32x8(_mm512_castps256_ps512(f[0]), f[1], 1);
+}
+
+/// Lanes 4 r + t of out[t][r] (t < 4 x rows ldo apart, r < 4): the order of tile_dots.
+DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) inline __m512i tile_lanes(std::int64_t ldo) {
+  const __m512i t = _mm512_set_epi32(3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0);
+  const __m512i r = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  return _mm512_add_epi32(_mm512_mullo_epi32(t, _mm512_set1_epi32(static_cast<int>(ldo))), r);
+}
+
+/// The A tiles of one block for 8 weight rows (wr): a[h][s] for the 64-column half h and the 4-row
+/// half s.
+DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) inline void plane_block8(const PlaneLut& lut,
+                                                                               const std::uint8_t* const* wr,
+                                                                               std::int64_t kb, std::int8_t (*a)[2][1024]) {
+  for (int h = 0; h < 2; ++h)
+    for (int s = 0; s < 2; ++s) plane_rows4(lut, wr + 4 * s, kb * 128 + 64 * h, a[h][s]);
+}
+
+/// Block kb's dots (its C tiles c[2 g + s]) times (x scale * weight scale), added to acc[2 g + s]
+/// (lanes 4 r + t), the multiply and the add rounded apart.
+template <int G>
+DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) inline void add_block_dots(int M, const std::int32_t (*c)[256],
+                                                                                 const __m512d scale[4], const float* xs,
+                                                                                 std::int64_t ldxs, const float* ws,
+                                                                                 std::int64_t kb, __m512* acc) {
+  for (int g = 0; g < G; ++g) {
+    alignas(16) float xw[4];
+    for (int t = 0; t < 4; ++t) xw[t] = 4 * g + t < M ? xs[(4 * g + t) * ldxs + kb] * ws[kb] : 0.0f;
+    const __m512 factor = _mm512_broadcast_f32x4(_mm_load_ps(xw));
+    for (int s = 0; s < 2; ++s)
+      acc[2 * g + s] = _mm512_add_ps(acc[2 * g + s], opaque(_mm512_mul_ps(tile_dots(c[2 * g + s], scale), factor)));
+  }
+}
+
+/// GemmOps::e4m3_tiles_rows for 8 weight rows and G groups of 4 x rows (M <= 4 G). Per block, each
+/// 4-row half s of the weight rows becomes two A tiles in memory (one per 64 columns; rows: plane q
+/// x row r), and TDPBSSD multiplies them into one C tile per (s, g) with x's plane tiles (B, whose
+/// columns are plane p x row t): C[4 q + r][4 p + t] sums row r's plane-q digits times row t's
+/// plane-p digits over the block's 128 columns. tile_dots turns each C into 16 exact dots; out's
+/// 8 x 4 G values stay in registers, each block's f32(dot) * (x scale * weight scale) added as
+/// e4m3_rows adds it. Software-pipelined by one block — the next block's A tiles are made before
+/// this block's tile products, the previous block's dots taken after them — so that the vector work
+/// never waits on a tile just written. `ahead` as in e4m3_panel8_f64; rows past `valid` read row 0
+/// and are not written.
+template <int G>
+DSV32_TARGET_AVX512_AMX void e4m3_tiles8(int M, std::int64_t blocks, const std::int8_t* xt, const float* xs,
+                                         std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
+                                         int valid, float* out, std::int64_t ldo, std::int64_t ahead) {
+  const PlaneLut lut = PlaneLut::load();
+  // tile_dots' factors 16^(p + q) 2^-18: i = 0 the q pair (0, 1) at p = 0 (lanes 0..3) and 1 (4..7),
+  // 1 the same at p = 2 and 3, 2 and 3 the q pair (2, 3) likewise
+  __m512d scale[4];
+  for (int i = 0; i < 4; ++i) {
+    const int e = 4 * (2 * (i & 1) + 2 * (i >> 1)) - 18;
+    const double lo = std::ldexp(1.0, e), hi = std::ldexp(1.0, e + 4);
+    scale[i] = _mm512_set_pd(hi, hi, hi, hi, lo, lo, lo, lo);
+  }
+  const TileConfig config;
+  _tile_loadconfig(&config);
+  alignas(64) std::int8_t a[2][2][2][1024];   // [block % 2][64-column half][4-row half]
+  alignas(64) std::int32_t c[2][2 * G][256];  // [block % 2][2 g + s]
+  const std::uint8_t* wr[8];
+  for (int r = 0; r < 8; ++r) wr[r] = w + (r < valid ? r : 0) * ldw;
+  const __m512i at = tile_lanes(ldo);
+  __m512 acc[2 * G];
+  __mmask16 lanes[2 * G];
+  for (int g = 0; g < G; ++g)
+    for (int s = 0; s < 2; ++s) {
+      unsigned m = 0;
+      for (int r = 0; r < 4; ++r)
+        for (int t = 0; t < 4; ++t)
+          if (4 * s + r < valid && 4 * g + t < M) m |= 1u << (4 * r + t);
+      lanes[2 * g + s] = static_cast<__mmask16>(m);
+      acc[2 * g + s] = _mm512_mask_i32gather_ps(_mm512_setzero_ps(), lanes[2 * g + s], at, out + 4 * g * ldo + 4 * s, 4);
+    }
+  if (blocks > 0) plane_block8(lut, wr, 0, a[0]);
+  for (std::int64_t kb = 0; kb < blocks; ++kb) {
+    if (ahead)
+      for (int r = 0; r < valid; ++r) prefetch_block(w + r * ldw, ahead + kb * 128);
+    if (kb + 1 < blocks) plane_block8(lut, wr, kb + 1, a[(kb + 1) & 1]);
+    _tile_zero(0);
+    _tile_zero(1);
+    if constexpr (G == 2) {
+      _tile_zero(2);
+      _tile_zero(3);
+    }
+    for (int h = 0; h < 2; ++h) {
+      const std::int8_t* b = xt + (2 * kb + h) * G * 1024;
+      _tile_loadd(4, a[kb & 1][h][0], 64);
+      _tile_loadd(5, a[kb & 1][h][1], 64);
+      _tile_loadd(6, b, 64);
+      _tile_dpbssd(0, 4, 6);
+      _tile_dpbssd(1, 5, 6);
+      if constexpr (G == 2) {
+        _tile_loadd(7, b + 1024, 64);
+        _tile_dpbssd(2, 4, 7);
+        _tile_dpbssd(3, 5, 7);
+      }
+    }
+    _tile_stored(0, c[kb & 1][0], 64);
+    _tile_stored(1, c[kb & 1][1], 64);
+    if constexpr (G == 2) {
+      _tile_stored(2, c[kb & 1][2], 64);
+      _tile_stored(3, c[kb & 1][3], 64);
+    }
+    if (kb > 0) add_block_dots<G>(M, c[(kb - 1) & 1], scale, xs, ldxs, ws, kb - 1, acc);
+  }
+  if (blocks > 0) add_block_dots<G>(M, c[(blocks - 1) & 1], scale, xs, ldxs, ws, blocks - 1, acc);
+  _tile_release();
+  for (int g = 0; g < G; ++g)
+    for (int s = 0; s < 2; ++s)
+      _mm512_mask_i32scatter_ps(out + 4 * g * ldo + 4 * s, lanes[2 * g + s], at, acc[2 * g + s], 4);
+}
+
+/// GemmOps::e4m3_tiles_rows: e4m3_tiles8 over 8-row groups.
+DSV32_TARGET_AVX512_AMX inline void e4m3_tiles_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
+                                                    const std::int8_t* xt, const float* xs, std::int64_t ldxs,
+                                                    const std::uint8_t* w, std::int64_t ldw, const float* ws,
+                                                    float* out, std::int64_t ldo) {
+  const int G = (M + 3) / 4;
+  for (int g0 = 0; g0 < rows; g0 += 8) {
+    const int valid = rows - g0 < 8 ? rows - g0 : 8;
+    const std::int64_t ahead = ldw <= kPanelPrefetchMaxK && rows - g0 >= 16 ? 8 * ldw : 0;
+    const auto kernel = G == 2 ? e4m3_tiles8<2> : e4m3_tiles8<1>;
+    kernel(M, kb1 - kb0, xt + kb0 * 2 * G * 1024, xs + kb0, ldxs, w + g0 * ldw + kb0 * 128, ldw, ws + kb0, valid,
+           out + g0, ldo, ahead);
+  }
+}
+
 }  // namespace dsv32::cpu::simd::avx512
 
 namespace dsv32::cpu::simd {
@@ -1447,13 +1669,17 @@ inline const GemmOps& avx512_ops() {
 /// \brief The AVX-512 table with VDPBF16PS (only call where detected_isa() is Isa::avx512_bf16):
 ///        for the fast FP8 row-order kernel (1-4 rows, bound by the code lookups and memory), and
 ///        for the compute-bound products — fast FP8 prefill panels and 5-8 row panels, bf16 weights
-///        at 2-8 rows — unless the CPU's FMAs outrun the instruction (cpu_prefers_fma_dots()).
-///        Every other entry is the AVX-512 one; the results are the same bits either way.
+///        at 2-8 rows — unless the CPU's FMAs outrun the instruction (cpu_prefers_fma_dots()) —
+///        and, where the CPU and the OS let this process use AMX-INT8 (cpu_has_amx_int8()), for
+///        the exact FP8 products of 3-8 rows (e4m3_tiles_rows). Every other entry is the AVX-512
+///        one; the results are the same bits either way.
 inline const GemmOps& avx512_bf16_ops() {
   static const GemmOps ops = [] {
     GemmOps o = avx512_ops();
     o.isa = Isa::avx512_bf16;
     if (cpu_has_avx512_vbmi()) o.e4m3_pair_rows = avx512::e4m3_pair_rows<true>;
+    if (cpu_has_avx512_vbmi() && cpu_has_amx_int8())
+      o.e4m3_tiles_rows = avx512::e4m3_tiles_rows, o.e4m3_plane_tiles = avx512::e4m3_plane_tiles;
     if (!cpu_prefers_fma_dots()) {
       o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
       o.bf16_pair_rows = avx512::bf16_pair_rows;

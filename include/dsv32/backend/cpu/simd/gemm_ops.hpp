@@ -156,6 +156,17 @@ struct GemmOps {
                               const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
                               const float* ws, float* out, std::int64_t ldo) = nullptr;
 
+  /// e4m3_rows on AMX-INT8 tiles (optional: null where the table has none, or the CPU or the OS
+  /// lacks them: cpu_has_amx_int8()), x given as plane tiles (e4m3_plane_tiles, from x's column 0;
+  /// the kernel starts at block kb0 of them). Each block's dot is exact here too (integer sums of
+  /// the plane digits' products, see E4m3Plane), so the bits are e4m3_rows'.
+  void (*e4m3_tiles_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const std::int8_t* xt,
+                          const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
+                          const float* ws, float* out, std::int64_t ldo) = nullptr;
+  /// x's M (1..8) rows of K E4M3 codes (K a multiple of 128) as e4m3_tiles_rows' plane tiles:
+  /// e4m3_plane_tile_bytes(M, K) bytes (present where e4m3_tiles_rows is).
+  void (*e4m3_plane_tiles)(const std::uint8_t* xq, int M, std::int64_t K, std::int8_t* out) = nullptr;
+
   /// The small-M fast FP8 product (the row order of the file comment), weight rows streamed once:
   /// for m < M (<= 8), r < rows and blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) *
   /// (xs[m][kb] * ws[kb]). x is given as bf16 pairs in slot order (xp[m][64 kb + s] holds column
@@ -214,6 +225,31 @@ inline bool e4m3_scale_exact(float scale) noexcept {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(scale), exponent = (bits >> 23) & 0xFF;
   return (bits & 0x7FFFFF) == 0 && exponent >= 10 && exponent <= 246;
 }
+
+/// \brief An E4M3 code's magnitude split for integer arithmetic: |value| * 2^9 = digit * 16^plane,
+///        digit 0..120 (an int8), plane 0..3. Codes of exponent field e >= 1 are (8 + mantissa)
+///        2^(e - 10): plane (e - 1) / 4, digit (8 + mantissa) 2^((e - 1) % 4); subnormal codes
+///        (mantissa 2^-9) plane 0, digit the mantissa; 0x7F reads as 480 (15 * 2^5). Bit 7 (the sign)
+///        is ignored. The product of two codes' values is then digit_x digit_w 16^(p + q) 2^-18, and
+///        a block's dot is a sum over the 16 plane pairs (p, q) of integer dots of int8 digits —
+///        |each| <= 128 * 120^2 < 2^21 — which AMX-INT8 (TDPBSSD) computes exactly
+///        (GemmOps::e4m3_tiles_rows).
+struct E4m3Plane {
+  int plane = 0;  ///< 0..3
+  int digit = 0;  ///< 0..120
+};
+/// \brief The E4m3Plane of a code.
+constexpr E4m3Plane e4m3_plane(std::uint8_t code) noexcept {
+  const int e = (code >> 3) & 15, m = code & 7;
+  if (e == 0) return {0, m};
+  return {(e - 1) / 4, (8 + m) << ((e - 1) % 4)};
+}
+
+/// \brief Bytes of GemmOps::e4m3_plane_tiles' output for M (1..8) rows of K columns: per 64-column
+///        chunk c and group g of 4 rows (rows 4g .. 4g + 3, past M zero), one 16 x 64-byte AMX B
+///        tile at byte (c G + g) 1024, G = ceil(M / 4): byte [i][4 (4 p + t) + j] is the signed
+///        digit of x[4g + t][64 c + 4 i + j] in plane p (E4m3Plane), 0 where its plane is another.
+constexpr std::int64_t e4m3_plane_tile_bytes(int M, std::int64_t K) noexcept { return K / 64 * ((M + 3) / 4) * 1024; }
 
 /// \brief The most rows of x whose fast FP8 product takes the row order (more: the panel order).
 inline constexpr int kFp8RowOrderMaxRows = 4;

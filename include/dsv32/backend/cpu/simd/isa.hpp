@@ -57,7 +57,13 @@ constexpr std::string_view isa_name(Isa isa) noexcept {
   DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx2,fma,f16c,bmi2")
 #define DSV32_TARGET_AVX512_BF16_VBMI \
   DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi2")
+#define DSV32_TARGET_AVX512_AMX \
+  DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx2,fma,f16c,bmi2,amx-tile,amx-int8")
 #include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 #endif
 
 /// \brief The best level this CPU (and this build) supports.
@@ -118,6 +124,34 @@ inline bool cpu_prefers_fma_dots() noexcept {
     return ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu;  // "GenuineIntel"
   }();
   return fma;
+#else
+  return false;
+#endif
+}
+
+/// \brief Whether the exact FP8 products may run on AMX-INT8 tiles (Sapphire Rapids, Granite Rapids):
+///        the CPU has AMX-TILE and AMX-INT8, the OS enables their state (XCR0 bits 17 and 18), and
+///        Linux grants this process the tile data (arch_prctl ARCH_REQ_XCOMP_PERM, asked once, at the
+///        first call: from then on every thread of the process may use the tiles, as with oneDNN).
+///        DSV32_CPU_AMX=0 in the environment says no without asking (A/B measurements). Used by the
+///        avx512_bf16 table only; the tiles give the same bits as the other exact kernels.
+inline bool cpu_has_amx_int8() noexcept {
+#if defined(DSV32_CPU_X86) && defined(__linux__)
+  static const bool amx = [] {
+    const char* env = std::getenv("DSV32_CPU_AMX");
+    if (env && std::string_view(env) == "0") return false;
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    // AMX-TILE and AMX-INT8: CPUID leaf 7, sub-leaf 0, EDX bits 24 and 25; OSXSAVE: leaf 1, ECX bit 27
+    if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) == 0 || (edx & (3u << 24)) != (3u << 24)) return false;
+    if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0 || (ecx & (1u << 27)) == 0) return false;
+    unsigned lo = 0, hi = 0;
+    __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    const unsigned long long xcr0 = static_cast<unsigned long long>(hi) << 32 | lo;
+    if ((xcr0 & (3ull << 17)) != (3ull << 17)) return false;
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;  // <asm/prctl.h>, Linux 5.16+
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return amx;
 #else
   return false;
 #endif
