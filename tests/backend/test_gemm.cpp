@@ -607,6 +607,61 @@ TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64 / e4m3_tiles_rows, every ISA
   else MESSAGE("this CPU (or OS) has no AMX-INT8 for this process: GemmOps::e4m3_tiles_rows not tested here");
 }
 
+TEST_CASE("GemmOps::e4m3_tiles_gemm, where the table has it: f32 outputs bit-identical to the exact block dots") {
+  // The AMX prefill kernel against the definition: per block the exact dot rounded to f32, times the
+  // f32 product of the scales, added to what c holds (a random start), blocks in increasing order.
+  // x's tiles are made for 8 more rows than the call takes (it starts at row group 2); weight rows
+  // span two 128-row scale blocks; partial 8-row and 4-row groups; every code (in w 0x7F / 0xFF as
+  // +-480; x has no NaN codes).
+  std::mt19937 gen(53);
+  std::uniform_real_distribution<float> unit(0.5f, 2.0f);
+  int calls = 0;
+  for (cpu::Isa isa : isas_here()) {
+    IsaScope scope(isa);
+    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    if (!ops.e4m3_tiles_gemm) continue;
+    for (const int rows : {64, 37, 3})
+      for (const int cols : {256, 131, 8}) {
+        CAPTURE(rows);
+        CAPTURE(cols);
+        const int KB = 3, K = 128 * KB, M = rows + 8;
+        std::vector<std::uint8_t> xq(static_cast<std::size_t>(M * K)), wq(static_cast<std::size_t>(cols * K));
+        for (auto& c : xq)
+          do c = static_cast<std::uint8_t>(gen() & 0xFF);
+          while ((c & 0x7F) == 0x7F);
+        for (auto& c : wq) c = static_cast<std::uint8_t>(gen() & 0xFF);
+        std::vector<float> xs(static_cast<std::size_t>(M * KB)), ws(static_cast<std::size_t>(2 * KB));
+        std::vector<float> start(static_cast<std::size_t>(rows * cols));
+        for (auto& v : xs) v = unit(gen);
+        for (auto& v : ws) v = unit(gen);
+        for (auto& v : start) v = unit(gen) - 1.25f;
+        std::vector<float> expected = start;
+        for (int i = 0; i < rows; ++i)
+          for (int j = 0; j < cols; ++j)
+            for (int kb = 0; kb < KB; ++kb) {
+              double dot = 0.0;  // exact
+              for (int k = 0; k < 128; ++k) {
+                const unsigned cw = wq[j * K + kb * 128 + k];
+                const double wv = (cw & 0x7F) == 0x7F ? ((cw & 0x80) ? -480.0 : 480.0) : e4m3_value(cw);
+                dot += e4m3_value(xq[(8 + i) * K + kb * 128 + k]) * wv;
+              }
+              volatile float p = static_cast<float>(dot) * (xs[(8 + i) * KB + kb] * ws[(j / 128) * KB + kb]);
+              expected[i * cols + j] += p;
+            }
+        std::vector<std::int8_t> xt(static_cast<std::size_t>(cpu::simd::e4m3_plane_tile_bytes(M, K)));
+        ops.e4m3_plane_tiles(xq.data(), M, K, xt.data());
+        std::vector<float> got = start;
+        ops.e4m3_tiles_gemm(rows, cols, KB, xt.data() + 2 * 1024, (M + 3) / 4, xs.data() + 8 * KB, KB, wq.data(), K,
+                            ws.data(), KB, got.data(), cols);
+        CHECK(same_bits(got, expected));
+        ++calls;
+      }
+  }
+  if (cpu::detected_isa() >= cpu::Isa::avx512_bf16 && cpu::cpu_has_avx512_vbmi() && cpu::cpu_has_amx_int8())
+    CHECK(calls > 0);
+  else MESSAGE("this CPU (or OS) has no AMX-INT8 for this process: GemmOps::e4m3_tiles_gemm not tested here");
+}
+
 TEST_CASE("simd::e4m3_plane: every code's magnitude as digit * 16^plane * 2^-9, digits within int8") {
   // The split the AMX kernel's exactness rests on, against the closed form of the E4M3 values.
   for (unsigned code = 0; code < 256; ++code) {

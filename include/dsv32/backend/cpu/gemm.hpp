@@ -425,6 +425,9 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   // before it runs (mr x 128 values, in L1).
   const bool exact = mode == Fp8Accumulation::exact;
   const bool pairs = !exact && ops.fp8_pair_dots;
+  // exact mode on AMX-INT8 tiles where the table has them: tasks of kE4m3TilesGemmRows x rows, whose
+  // plane tiles are made once per chunk of 4 tasks' rows (4 x 256 rows x K bytes at most)
+  const bool tiles = exact && ops.e4m3_tiles_gemm;
   const int nr = exact ? ops.nr64 : ops.nr, mr = exact ? ops.mr64 : ops.mr;
   const std::int64_t blocks = (N + kBlockSize - 1) / kBlockSize;
   // fast mode: row tiles of up to 48 mr rows when the weight tiles alone give the threads enough
@@ -433,11 +436,18 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   // widened per task and 128 columns)
   const bool tall = !exact && blocks >= 4 * num_threads();
   const std::int64_t nc = kBlockSize * ((!tall || !pairs) && blocks >= 8 * num_threads() ? 2 : 1), tn = (N + nc - 1) / nc;
-  const std::int64_t mc = std::min<std::int64_t>(M, (tall ? 48 : 16) * mr);
-  const std::int64_t chunk = !pairs ? M : std::min(M, mc * std::max<std::int64_t>(1, 128 * mr / mc));
+  const std::int64_t mc = std::min<std::int64_t>(M, tiles ? simd::kE4m3TilesGemmRows : (tall ? 48 : 16) * mr);
+  const std::int64_t chunk = tiles ? std::min(M, 4 * mc)
+                             : !pairs ? M
+                                      : std::min(M, mc * std::max<std::int64_t>(1, 128 * mr / mc));
   for (std::int64_t c0 = 0; c0 < M; c0 += chunk) {
     const std::int64_t cm = std::min(chunk, M - c0), tm = (cm + mc - 1) / mc;
     constexpr std::int64_t kPairs = kPanelK / 2;
+    std::int8_t* xt = nullptr;  // [chunk of 64 columns][row group of 4] tiles of x rows c0..
+    if (tiles) {
+      xt = gemm_scratch<std::int8_t>(0, static_cast<std::size_t>(simd::e4m3_plane_tile_bytes(static_cast<int>(cm), K)));
+      ops.e4m3_plane_tiles(xq + c0 * K, static_cast<int>(cm), K, xt);
+    }
     std::uint32_t* xp = nullptr;  // [cm][K / 2] x rows c0.. as pairs (even column low), exact in bf16
     if (pairs) {
       xp = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(cm * K / 2));
@@ -452,6 +462,13 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
       const std::int64_t rows = std::min(mc, c0 + cm - m0), cols = std::min(nc, N - n0);
       float* cbuf = gemm_scratch<float>(2, static_cast<std::size_t>(mc * nc));
       std::fill(cbuf, cbuf + mc * nc, 0.0f);
+      if (tiles) {
+        ops.e4m3_tiles_gemm(static_cast<int>(rows), static_cast<int>(cols), KB, xt + (m0 - c0) / 4 * 1024,
+                            (cm + 3) / 4, xs + m0 * KB, KB, wq + n0 * K, K, w.scale + (n0 / kBlockSize) * sc, sc, cbuf,
+                            nc);
+        store(m0, rows, n0, cols, cbuf, nc);
+        return;
+      }
       float* scale = gemm_scratch<float>(3, static_cast<std::size_t>(mc * (nc / kBlockSize)));
       for (std::int64_t kb = 0; kb < KB; ++kb) {
         const std::int64_t k0 = kb * kPanelK;

@@ -13,8 +13,8 @@
 /// (e4m3_panel_rows, the panel order) the same lookups run on 16 weight rows transposed into column
 /// pairs, lanes running over the weight rows: no reduction across lanes; on FMAs (e4m3_panel_rows_f32)
 /// x comes as f32 values, its rows side by side, broadcast from memory. On CPUs with AMX-INT8 the
-/// exact products of 3 to 8 rows run on tiles (e4m3_tiles_rows): E4M3 values split into int8 digits
-/// of four power-of-16 planes (E4m3Plane), whose integer dots are exact.
+/// exact products from 3 rows on run on tiles (e4m3_tiles_rows, e4m3_tiles_gemm): E4M3 values split
+/// into int8 digits of four power-of-16 planes (E4m3Plane), whose integer dots are exact.
 #pragma once
 
 #include "dsv32/backend/cpu/simd/isa.hpp"
@@ -1616,6 +1616,84 @@ DSV32_TARGET_AVX512_AMX inline void e4m3_tiles_rows(int M, int rows, std::int64_
   }
 }
 
+/// GemmOps::e4m3_tiles_gemm: for each block, the A tiles of each 8 weight rows are made once and
+/// kept in tile registers 4..7 while every group of 4 x rows passes (its two B tiles loaded, four
+/// TDPBSSD into the two C tiles of the 4-row halves, stored; the previous group's dots taken
+/// meanwhile); c's values, in tile_dots' lane order (4 r + t per 8-row group, half and x group),
+/// are kept in a stack array (64 KB at most) from the first block to the last.
+DSV32_TARGET_AVX512_AMX inline void e4m3_tiles_gemm(int rows, int cols, std::int64_t blocks, const std::int8_t* xt,
+                                                    std::int64_t groups_ld, const float* xs, std::int64_t ldxs,
+                                                    const std::uint8_t* w, std::int64_t ldw, const float* ws,
+                                                    std::int64_t ldws, float* c, std::int64_t ldc) {
+  const PlaneLut lut = PlaneLut::load();
+  __m512d scale[4];  // as in e4m3_tiles8
+  for (int i = 0; i < 4; ++i) {
+    const int e = 4 * (2 * (i & 1) + 2 * (i >> 1)) - 18;
+    const double lo = std::ldexp(1.0, e), hi = std::ldexp(1.0, e + 4);
+    scale[i] = _mm512_set_pd(hi, hi, hi, hi, lo, lo, lo, lo);
+  }
+  constexpr int kGroups = kE4m3TilesGemmRows / 4, kGroups8 = kE4m3TilesGemmCols / 8;
+  const int groups = (rows + 3) / 4, groups8 = (cols + 7) / 8;
+  alignas(64) float acc[kGroups8][2][kGroups][16] = {};  // [8-row group][half s][x group][lane 4 r + t]
+  for (int w8 = 0; w8 < groups8; ++w8)
+    for (int s = 0; s < 2; ++s)
+      for (int g = 0; g < groups; ++g)
+        for (int r = 0; r < 4; ++r)
+          for (int t = 0; t < 4; ++t)
+            if (4 * g + t < rows && 8 * w8 + 4 * s + r < cols) acc[w8][s][g][4 * r + t] = c[(4 * g + t) * ldc + 8 * w8 + 4 * s + r];
+  alignas(64) float factor[2][4 * kGroups];  // per 128-row weight block: x scale * weight scale, per x row
+  alignas(64) std::int8_t a[2][2][1024];
+  alignas(64) std::int32_t cb[2][2][256];  // [x group % 2][half s]
+  const TileConfig config;
+  _tile_loadconfig(&config);
+  for (std::int64_t kb = 0; kb < blocks; ++kb) {
+    for (int j = 0; j < 2 && 128 * j < cols; ++j)
+      for (int i = 0; i < 4 * groups; ++i) factor[j][i] = i < rows ? xs[i * ldxs + kb] * ws[j * ldws + kb] : 0.0f;
+    const std::int8_t* xb = xt + 2 * kb * groups_ld * 1024;
+    for (int w8 = 0; w8 < groups8; ++w8) {
+      const int valid = cols - 8 * w8 < 8 ? cols - 8 * w8 : 8;
+      const std::uint8_t* wr[8];
+      for (int r = 0; r < 8; ++r) wr[r] = w + (8 * w8 + (r < valid ? r : 0)) * ldw;
+      plane_block8(lut, wr, kb, a);
+      _tile_loadd(4, a[0][0], 64);
+      _tile_loadd(5, a[0][1], 64);
+      _tile_loadd(6, a[1][0], 64);
+      _tile_loadd(7, a[1][1], 64);
+      const float* f = factor[8 * w8 / 128];
+      for (int g = 0; g <= groups; ++g) {
+        if (g < groups) {
+          _tile_zero(0);
+          _tile_zero(1);
+          _tile_loadd(2, xb + g * 1024, 64);
+          _tile_loadd(3, xb + (groups_ld + g) * 1024, 64);
+          _tile_dpbssd(0, 4, 2);
+          _tile_dpbssd(1, 5, 2);
+          _tile_dpbssd(0, 6, 3);
+          _tile_dpbssd(1, 7, 3);
+          _tile_stored(0, cb[g & 1][0], 64);
+          _tile_stored(1, cb[g & 1][1], 64);
+        }
+        if (g > 0) {  // the previous group's dots
+          const int p = g - 1;
+          const __m512 fx = _mm512_broadcast_f32x4(_mm_load_ps(f + 4 * p));
+          for (int s = 0; s < 2; ++s)
+            _mm512_store_ps(acc[w8][s][p], _mm512_add_ps(_mm512_load_ps(acc[w8][s][p]),
+                                                         opaque(_mm512_mul_ps(tile_dots(cb[p & 1][s], scale), fx))));
+        }
+      }
+    }
+  }
+  _tile_release();
+  for (int w8 = 0; w8 < groups8; ++w8)
+    for (int s = 0; s < 2; ++s)
+      for (int g = 0; g < groups; ++g)
+        for (int r = 0; r < 4; ++r)
+          for (int t = 0; t < 4; ++t) {
+            const int i = 4 * g + t, j = 8 * w8 + 4 * s + r;
+            if (i < rows && j < cols) c[i * ldc + j] = acc[w8][s][g][4 * r + t];
+          }
+}
+
 }  // namespace dsv32::cpu::simd::avx512
 
 namespace dsv32::cpu::simd {
@@ -1671,15 +1749,16 @@ inline const GemmOps& avx512_ops() {
 ///        for the compute-bound products — fast FP8 prefill panels and 5-8 row panels, bf16 weights
 ///        at 2-8 rows — unless the CPU's FMAs outrun the instruction (cpu_prefers_fma_dots()) —
 ///        and, where the CPU and the OS let this process use AMX-INT8 (cpu_has_amx_int8()), for
-///        the exact FP8 products of 3-8 rows (e4m3_tiles_rows). Every other entry is the AVX-512
-///        one; the results are the same bits either way.
+///        the exact FP8 products from 3 rows on (e4m3_tiles_rows, e4m3_tiles_gemm). Every other
+///        entry is the AVX-512 one; the results are the same bits either way.
 inline const GemmOps& avx512_bf16_ops() {
   static const GemmOps ops = [] {
     GemmOps o = avx512_ops();
     o.isa = Isa::avx512_bf16;
     if (cpu_has_avx512_vbmi()) o.e4m3_pair_rows = avx512::e4m3_pair_rows<true>;
     if (cpu_has_avx512_vbmi() && cpu_has_amx_int8())
-      o.e4m3_tiles_rows = avx512::e4m3_tiles_rows, o.e4m3_plane_tiles = avx512::e4m3_plane_tiles;
+      o.e4m3_tiles_rows = avx512::e4m3_tiles_rows, o.e4m3_plane_tiles = avx512::e4m3_plane_tiles,
+      o.e4m3_tiles_gemm = avx512::e4m3_tiles_gemm;
     if (!cpu_prefers_fma_dots()) {
       o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
       o.bf16_pair_rows = avx512::bf16_pair_rows;

@@ -163,9 +163,19 @@ struct GemmOps {
   void (*e4m3_tiles_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const std::int8_t* xt,
                           const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
                           const float* ws, float* out, std::int64_t ldo) = nullptr;
-  /// x's M (1..8) rows of K E4M3 codes (K a multiple of 128) as e4m3_tiles_rows' plane tiles:
+  /// x's M rows of K E4M3 codes (K a multiple of 128) as the AMX kernels' plane tiles:
   /// e4m3_plane_tile_bytes(M, K) bytes (present where e4m3_tiles_rows is).
   void (*e4m3_plane_tiles)(const std::uint8_t* xq, int M, std::int64_t K, std::int8_t* out) = nullptr;
+  /// The exact FP8 product of many x rows on AMX-INT8 tiles (optional: present where
+  /// e4m3_tiles_rows is): for i < rows (<= kE4m3TilesGemmRows), j < cols (<= kE4m3TilesGemmCols)
+  /// and blocks kb < `blocks` in increasing order, c[i][j] += f32(dot_kb(x[i], w[j])) * (xs[i][kb] *
+  /// ws[j / 128][kb]), the multiply and the add rounded apart: the bits of micro_f64_scaled over the
+  /// same blocks. x is given as plane tiles (e4m3_plane_tiles) from the tile group of x's row 0 on,
+  /// made for rows of groups_ld groups of 4 (the chunk stride); w's rows are ldw bytes apart from
+  /// column 0; ws[j * ldws + kb] is the scale of w's j-th 128-row block; c's rows ldc apart.
+  void (*e4m3_tiles_gemm)(int rows, int cols, std::int64_t blocks, const std::int8_t* xt, std::int64_t groups_ld,
+                          const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
+                          std::int64_t ldws, float* c, std::int64_t ldc) = nullptr;
 
   /// The small-M fast FP8 product (the row order of the file comment), weight rows streamed once:
   /// for m < M (<= 8), r < rows and blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) *
@@ -245,7 +255,14 @@ constexpr E4m3Plane e4m3_plane(std::uint8_t code) noexcept {
   return {(e - 1) / 4, (8 + m) << ((e - 1) % 4)};
 }
 
-/// \brief Bytes of GemmOps::e4m3_plane_tiles' output for M (1..8) rows of K columns: per 64-column
+/// \brief The most x rows of one GemmOps::e4m3_tiles_gemm call: a 64-row task's x tiles for one
+///        block (32 KB) stay in L1 while each 8 weight rows pass.
+inline constexpr int kE4m3TilesGemmRows = 64;
+/// \brief The most weight rows of one GemmOps::e4m3_tiles_gemm call (its outputs are kept in a 64 KB
+///        stack array: 64 x 256 floats).
+inline constexpr int kE4m3TilesGemmCols = 256;
+
+/// \brief Bytes of GemmOps::e4m3_plane_tiles' output for M rows of K columns: per 64-column
 ///        chunk c and group g of 4 rows (rows 4g .. 4g + 3, past M zero), one 16 x 64-byte AMX B
 ///        tile at byte (c G + g) 1024, G = ceil(M / 4): byte [i][4 (4 p + t) + j] is the signed
 ///        digit of x[4g + t][64 c + 4 i + j] in plane p (E4m3Plane), 0 where its plane is another.
