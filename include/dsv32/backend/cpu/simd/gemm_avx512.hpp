@@ -1489,6 +1489,17 @@ DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) inline __m512 tile_dots(c
   return _mm512_insertf32x8(_mm512_castps256_ps512(f[0]), f[1], 1);
 }
 
+/// tile_dots' factors 16^(p + q) 2^-18 for lanes (p, t) of its int32 sums: scale[0] for the q pair
+/// (0, 1) at p = 0 (lanes 0..3) and 1 (lanes 4..7), scale[1] for the same pair at p = 2 and 3,
+/// scale[2] and scale[3] for the q pair (2, 3) likewise.
+DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) inline void tile_dot_scales(__m512d scale[4]) {
+  for (int i = 0; i < 4; ++i) {
+    const int e = 4 * (2 * (i & 1) + 2 * (i >> 1)) - 18;
+    const double lo = std::ldexp(1.0, e), hi = std::ldexp(1.0, e + 4);
+    scale[i] = _mm512_set_pd(hi, hi, hi, hi, lo, lo, lo, lo);
+  }
+}
+
 /// Lanes 4 r + t of out[t][r] (t < 4 x rows ldo apart, r < 4): the order of tile_dots.
 DSV32_TARGET_AVX512_AMX __attribute__((always_inline)) inline __m512i tile_lanes(std::int64_t ldo) {
   const __m512i t = _mm512_set_epi32(3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0, 3, 2, 1, 0);
@@ -1536,14 +1547,8 @@ DSV32_TARGET_AVX512_AMX void e4m3_tiles8(int M, std::int64_t blocks, const std::
                                          std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
                                          int valid, float* out, std::int64_t ldo, std::int64_t ahead) {
   const PlaneLut lut = PlaneLut::load();
-  // tile_dots' factors 16^(p + q) 2^-18: i = 0 the q pair (0, 1) at p = 0 (lanes 0..3) and 1 (4..7),
-  // 1 the same at p = 2 and 3, 2 and 3 the q pair (2, 3) likewise
   __m512d scale[4];
-  for (int i = 0; i < 4; ++i) {
-    const int e = 4 * (2 * (i & 1) + 2 * (i >> 1)) - 18;
-    const double lo = std::ldexp(1.0, e), hi = std::ldexp(1.0, e + 4);
-    scale[i] = _mm512_set_pd(hi, hi, hi, hi, lo, lo, lo, lo);
-  }
+  tile_dot_scales(scale);
   const TileConfig config;
   _tile_loadconfig(&config);
   alignas(64) std::int8_t a[2][2][2][1024];   // [block % 2][64-column half][4-row half]
@@ -1626,12 +1631,8 @@ DSV32_TARGET_AVX512_AMX inline void e4m3_tiles_gemm(int rows, int cols, std::int
                                                     const std::uint8_t* w, std::int64_t ldw, const float* ws,
                                                     std::int64_t ldws, float* c, std::int64_t ldc) {
   const PlaneLut lut = PlaneLut::load();
-  __m512d scale[4];  // as in e4m3_tiles8
-  for (int i = 0; i < 4; ++i) {
-    const int e = 4 * (2 * (i & 1) + 2 * (i >> 1)) - 18;
-    const double lo = std::ldexp(1.0, e), hi = std::ldexp(1.0, e + 4);
-    scale[i] = _mm512_set_pd(hi, hi, hi, hi, lo, lo, lo, lo);
-  }
+  __m512d scale[4];
+  tile_dot_scales(scale);
   constexpr int kGroups = kE4m3TilesGemmRows / 4, kGroups8 = kE4m3TilesGemmCols / 8;
   const int groups = (rows + 3) / 4, groups8 = (cols + 7) / 8;
   alignas(64) float acc[kGroups8][2][kGroups][16] = {};  // [8-row group][half s][x group][lane 4 r + t]
