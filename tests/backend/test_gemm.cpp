@@ -21,6 +21,7 @@
 #include <string>
 #include <utility>
 #include <vector>
+#include "dsv32/backend/cpu/simd/gemm_portable.hpp"  // kE4m3Weight
 #include "dsv32/backend/cpu/simd/isa.hpp"
 #include "support/isa_scope.hpp"
 #include "support/test_support.hpp"

@@ -19,12 +19,12 @@ foreach(src IN LISTS DSV32_COMPILE_FAIL_SOURCES)
 endforeach()
 # A config that satisfies every invariant must compile (the check above is not vacuous).
 add_executable(dsv32_compile_ok EXCLUDE_FROM_ALL "${CMAKE_CURRENT_LIST_DIR}/valid_config.cxx")
-target_link_libraries(dsv32_compile_ok PRIVATE dsv32::dsv32)
+target_link_libraries(dsv32_compile_ok PRIVATE dsv32::dsv32 dsv32::cpu_kernels)
 add_test(NAME dsv32_compile_ok COMMAND "${CMAKE_COMMAND}" --build "${CMAKE_BINARY_DIR}" --target dsv32_compile_ok --config $<CONFIG>)
 set_tests_properties(dsv32_compile_ok PROPERTIES RESOURCE_LOCK dsv32_build_tree)
 # The memory-space tests' control: the same calls with matching spaces compile.
 add_executable(dsv32_compile_ok_views EXCLUDE_FROM_ALL "${CMAKE_CURRENT_LIST_DIR}/views_ok.cxx")
-target_link_libraries(dsv32_compile_ok_views PRIVATE dsv32::dsv32)
+target_link_libraries(dsv32_compile_ok_views PRIVATE dsv32::dsv32 dsv32::cpu_kernels)
 add_test(NAME dsv32_compile_ok_views
          COMMAND "${CMAKE_COMMAND}" --build "${CMAKE_BINARY_DIR}" --target dsv32_compile_ok_views --config $<CONFIG>)
 set_tests_properties(dsv32_compile_ok_views PROPERTIES RESOURCE_LOCK dsv32_build_tree)

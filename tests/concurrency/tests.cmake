@@ -4,7 +4,7 @@
 
 if(TARGET dsv32_tokenizer)
   add_executable(dsv32_concurrency_tests "${CMAKE_CURRENT_LIST_DIR}/test_concurrency.cpp" $<TARGET_OBJECTS:dsv32_test_main>)
-  target_link_libraries(dsv32_concurrency_tests PRIVATE dsv32::tokenizer doctest::doctest)
+  target_link_libraries(dsv32_concurrency_tests PRIVATE dsv32::tokenizer dsv32::cpu_kernels doctest::doctest)
   target_include_directories(dsv32_concurrency_tests PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}")
   target_compile_definitions(dsv32_concurrency_tests PRIVATE DSV32_TEST_DATA="${DSV32_TEST_DATA}")
   target_compile_options(dsv32_concurrency_tests PRIVATE -Wall -Wextra -Wpedantic)

@@ -3,7 +3,7 @@
 # exit codes and messages). The tool itself is defined in tools/CMakeLists.txt.
 
 add_executable(dsv32_make_hf_checkpoint "${CMAKE_CURRENT_LIST_DIR}/tools/make_hf_checkpoint.cpp")
-target_link_libraries(dsv32_make_hf_checkpoint PRIVATE dsv32::dsv32)
+target_link_libraries(dsv32_make_hf_checkpoint PRIVATE dsv32::dsv32 dsv32::cpu_kernels)
 target_include_directories(dsv32_make_hf_checkpoint PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}")
 
 add_test(NAME dsv32_convert_tool

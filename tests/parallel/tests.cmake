@@ -10,7 +10,7 @@ if(DSV32_SANITIZE)  # Open MPI does not free what MPI_Init allocates: LeakSaniti
 endif()
 if(TARGET dsv32_mpi AND MPIEXEC_EXECUTABLE)
   add_executable(dsv32_mpi_tests "${CMAKE_CURRENT_LIST_DIR}/test_mpi.cpp")
-  target_link_libraries(dsv32_mpi_tests PRIVATE dsv32::mpi doctest::doctest)
+  target_link_libraries(dsv32_mpi_tests PRIVATE dsv32::mpi dsv32::cpu_kernels doctest::doctest)
   target_include_directories(dsv32_mpi_tests PRIVATE "${CMAKE_CURRENT_SOURCE_DIR}")
   target_compile_options(dsv32_mpi_tests PRIVATE -Wall -Wextra -Wpedantic)
   add_test(NAME dsv32_mpi_tests

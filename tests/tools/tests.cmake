@@ -5,7 +5,7 @@
 
 # Writes damaged copies of golden checkpoints (a tensor dropped, one added, one reshaped).
 add_executable(dsv32_make_test_checkpoint "${CMAKE_CURRENT_LIST_DIR}/make_test_checkpoint.cpp")
-target_link_libraries(dsv32_make_test_checkpoint PRIVATE dsv32::dsv32)
+target_link_libraries(dsv32_make_test_checkpoint PRIVATE dsv32::dsv32 dsv32::cpu_kernels)
 if(CMAKE_CXX_COMPILER_ID MATCHES "GNU|Clang")
   target_compile_options(dsv32_make_test_checkpoint PRIVATE -Wall -Wextra -Wpedantic)
 endif()

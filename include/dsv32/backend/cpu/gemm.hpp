@@ -29,15 +29,24 @@
 
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
-#include "dsv32/backend/cpu/simd/gemm_avx2.hpp"
-#include "dsv32/backend/cpu/simd/gemm_avx512.hpp"
-#include "dsv32/backend/cpu/simd/gemm_portable.hpp"
+#include "dsv32/backend/cpu/simd/gemm_ops.hpp"
 #include "dsv32/backend/cpu/simd/isa.hpp"
+#if !defined(DSV32_CPU_KERNELS_SEPARATE)
+#include "dsv32/backend/cpu/simd/tables.hpp"
+#endif
 #include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/numeric.hpp"
 #include "dsv32/core/tensor.hpp"
+
+#if defined(DSV32_CPU_KERNELS_SEPARATE)
+namespace dsv32::cpu::simd {
+// simd::ops_for(), defined by the one source file of the program that includes
+// cpu/separate_kernels.hpp (which documents it)
+const GemmOps& compiled_ops(Isa isa);
+}  // namespace dsv32::cpu::simd
+#endif
 
 namespace dsv32 {
 
@@ -78,17 +87,15 @@ inline float* thread_scratch(std::size_t slot, std::size_t n) {
   return b.data();
 }
 
-/// \brief The kernel table for the ISA the products use now (active_isa()).
+/// \brief The kernel table for the ISA the products use now (active_isa()): simd::ops_for(), or
+///        where the program defines DSV32_CPU_KERNELS_SEPARATE the same table compiled in one of its
+///        source files (cpu/separate_kernels.hpp).
 inline const simd::GemmOps& gemm_ops() {
-#if defined(DSV32_CPU_X86)
-  switch (active_isa()) {
-    case Isa::avx512_bf16: return simd::avx512_bf16_ops();
-    case Isa::avx512: return simd::avx512_ops();
-    case Isa::avx2: return simd::avx2_ops();
-    default: break;
-  }
+#if defined(DSV32_CPU_KERNELS_SEPARATE)
+  return simd::compiled_ops(active_isa());
+#else
+  return simd::ops_for(active_isa());
 #endif
-  return simd::portable_ops();
 }
 
 /// \brief Quantizes bf16 activations to E4M3 per 1x128 block (the reference's act_quant), on the
