@@ -3,12 +3,13 @@
 ///        source file. Include this header in exactly one source file of the program.
 ///
 /// The library is header-only, so every source file that includes the CPU backend (dsv32.hpp does)
-/// compiles all of its kernels, every ISA level's: about 13 s of GCC -O3 per source file, 28 s of
+/// compiles all of its kernels, every ISA level's: about 12 s of GCC -O3 per source file, 28 s of
 /// clang with AddressSanitizer, on the 2-core hosts of docs/performance.md. A program with several
 /// such source files can compile them once:
 /// - define `DSV32_CPU_KERNELS_SEPARATE` for every source file of the program (`-D`, or
 ///   `target_compile_definitions`): cpu/gemm.hpp then only declares simd::compiled_ops() and includes
-///   no kernel;
+///   no kernel. All of them, not some: cpu::gemm_ops() is an inline function whose body depends on
+///   the macro, and one program must see one definition of it;
 /// - include this header in exactly one of them (with or without the definition), which defines it.
 ///
 /// The kernels are the same code either way, compiled with the same flags, so the results are the
