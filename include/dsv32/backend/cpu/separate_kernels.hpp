@@ -10,7 +10,8 @@
 ///   `target_compile_definitions`): cpu/gemm.hpp then only declares simd::compiled_ops() and includes
 ///   no kernel. All of them, not some: cpu::gemm_ops() is an inline function whose body depends on
 ///   the macro, and one program must see one definition of it;
-/// - include this header in exactly one of them (with or without the definition), which defines it.
+/// - include this header in exactly one of them, which defines it (built without the macro, that file
+///   fails to compile with an `#error` saying so: it would hold the other definition of gemm_ops()).
 ///
 /// The kernels are the same code either way, compiled with the same flags, so the results are the
 /// same bits; calls reach the kernel table through one function call instead of an inline one (each
@@ -19,6 +20,10 @@
 /// repository's CMake build, the target `dsv32::cpu_kernels` (a static library of this header) does
 /// both, for the tests, tools and benchmarks; the examples stay header-only.
 #pragma once
+
+#if !defined(DSV32_CPU_KERNELS_SEPARATE)
+#error "dsv32/backend/cpu/separate_kernels.hpp: define DSV32_CPU_KERNELS_SEPARATE for every source file of the program, this one included"
+#endif
 
 #include "dsv32/backend/cpu/simd/tables.hpp"
 
