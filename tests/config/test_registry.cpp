@@ -3,6 +3,8 @@
 
 #include <doctest/doctest.h>
 
+#include "support/test_support.hpp"
+
 #include <string>
 #include <string_view>
 
@@ -11,7 +13,7 @@ namespace {
 using dsv32::ModelArgs;
 using dsv32::Presets;
 
-const std::string kGolden = std::string(DSV32_TEST_DATA) + "/golden/";
+using dsv32::test::kGoldenDir;
 
 // The name of the config a dispatch chose ("" if none was called).
 struct Chosen {
@@ -58,7 +60,7 @@ TEST_CASE("registry: every golden config.json and the released config dispatch t
     const auto& [dir, want] = scenario;
     CAPTURE(scenario.first);  // CAPTURE's lambda cannot capture a structured binding before clang 16
     Chosen c;
-    dsv32::dispatch_config(ModelArgs::from_file(kGolden + dir + "/config.json"), c);
+    dsv32::dispatch_config(ModelArgs::from_file(kGoldenDir + dir + "/config.json"), c);
     CHECK(c.name == want);
     CHECK(c.calls == 1);
   }

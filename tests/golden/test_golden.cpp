@@ -17,13 +17,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/test_support.hpp"
+
 namespace {
 
-const std::string kGolden = std::string(DSV32_TEST_DATA) + "/golden/";
+using dsv32::test::kGoldenDir;
 
 template <class Config, class Backend = dsv32::Cpu>
 void check_scenario(const std::string& name) {
-  const auto report = dsv32::testing::replay_golden<Config, Backend>(kGolden + name);
+  const auto report = dsv32::testing::replay_golden<Config, Backend>(kGoldenDir + name);
   INFO(report.summary());
   REQUIRE(!report.calls.empty());
   for (const auto& call : report.calls) {
@@ -74,7 +76,7 @@ TEST_CASE("golden: the FP8 scenarios in the fast accumulation mode, at the accep
 TEST_CASE("golden: prefills on the absorbed path equal the oracle's token-by-token decode") {
   auto check = [&]<class Config>(const std::string& name) {
     CAPTURE(name);
-    const std::filesystem::path dir = kGolden + name;
+    const std::filesystem::path dir = kGoldenDir + name;
     const dsv32::ModelArgs args = dsv32::ModelArgs::from_file(dir / "config.json");
     dsv32::RuntimeOptions runtime = args.runtime;
     runtime.absorbed_prefill_from = 0;
@@ -130,7 +132,7 @@ TEST_CASE("golden on HostInvisible: tiny_fp8_plain_scale") {
 
 TEST_CASE("golden: a scenario replayed with the wrong compiled config is refused, naming the fields") {
   try {
-    dsv32::testing::replay_golden<dsv32::TinyBf16>(kGolden + "tiny_fp8_plain_scale");
+    dsv32::testing::replay_golden<dsv32::TinyBf16>(kGoldenDir + "tiny_fp8_plain_scale");
     FAIL("expected an error");
   } catch (const dsv32::Error& e) {
     const std::string what = e.what();

@@ -35,7 +35,7 @@ using dsv32::Shape;
 using dsv32::TinyBf16;
 using Param = dsv32::Parameter<Cpu>;
 
-const std::string kGolden = std::string(DSV32_TEST_DATA) + "/golden/";
+using dsv32::test::kGoldenDir;
 
 
 std::size_t resident_bytes() {
@@ -159,7 +159,7 @@ TEST_CASE("Transformer<TinyBf16>: the tensor list, one layer of each kind, again
 
   // the reference's checkpoint of this shape has exactly these tensors and shapes (its norms are
   // BF16, which the F32 norm parameters accept)
-  const auto file = dsv32::SafetensorsFile::open(kGolden + "tiny_bf16/model0-mp1.safetensors");
+  const auto file = dsv32::SafetensorsFile::open(kGoldenDir + "tiny_bf16/model0-mp1.safetensors");
   CHECK(file->tensors().size() == list.size());
   dsv32::Transformer<TinyBf16> probe(tiny_options());
   probe.visit([&](const std::string& name, Param& p) {
@@ -220,7 +220,7 @@ TEST_CASE("Transformer<TinyFp8PlainScale>: FP8 weights list their .scale with sh
   }
   CHECK(weights == dsv32::param_counts<dsv32::TinyFp8PlainScale>.total);
   // and the reference's FP8 checkpoint holds exactly these names and shapes
-  const auto file = dsv32::SafetensorsFile::open(kGolden + "tiny_fp8_plain_scale/model0-mp1.safetensors");
+  const auto file = dsv32::SafetensorsFile::open(kGoldenDir + "tiny_fp8_plain_scale/model0-mp1.safetensors");
   CHECK(file->tensors().size() == list.size());
   for (const auto& e : list) {
     CAPTURE(e.name);

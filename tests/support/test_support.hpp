@@ -62,4 +62,9 @@ inline int ulp_distance(bf16 a, bf16 b) { return std::abs(ordered(a) - ordered(b
 /// Whether `s` contains `part`.
 inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+#if defined(DSV32_TEST_DATA)
+/// tests/data/golden/ (with the trailing slash): the reference's vectors, copied from ../shared/golden.
+inline const std::string kGoldenDir = std::string(DSV32_TEST_DATA) + "/golden/";
+#endif
+
 }  // namespace dsv32::test

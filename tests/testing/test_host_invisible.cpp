@@ -27,10 +27,10 @@ using dsv32::testing::HostInvisible;
 using HiMemory = dsv32::Memory<HostInvisible>;
 using Space = dsv32::testing::HostInvisibleSpace;
 
-const std::string kGolden = std::string(DSV32_TEST_DATA) + "/golden/";
+using dsv32::test::kGoldenDir;
 
 dsv32::RuntimeOptions options() {
-  dsv32::RuntimeOptions o = dsv32::ModelArgs::from_file(kGolden + "tiny_fp8_ue8m0_yarn/config.json").runtime;
+  dsv32::RuntimeOptions o = dsv32::ModelArgs::from_file(kGoldenDir + "tiny_fp8_ue8m0_yarn/config.json").runtime;
   o.max_batch_size = 2;
   return o;
 }
@@ -98,20 +98,20 @@ TEST_CASE("HostInvisible: its kernels and copies refuse host memory, naming the 
 
 TEST_CASE("HostInvisible: a model from the golden file and from a Hugging Face directory equals the Cpu model bit for bit") {
   dsv32::Transformer<TinyFp8Ue8m0Yarn, Cpu> cpu(options());
-  dsv32::load_checkpoint(cpu, kGolden + "tiny_fp8_ue8m0_yarn/model0-mp1.safetensors");
+  dsv32::load_checkpoint(cpu, kGoldenDir + "tiny_fp8_ue8m0_yarn/model0-mp1.safetensors");
   const auto want = run(cpu, 4);
 
   dsv32::LoadOptions small;
   small.staging_bytes = 128 << 10;  // tensors larger than a staging half go up in several chunks
   dsv32::Transformer<TinyFp8Ue8m0Yarn, HostInvisible> file(options());
-  dsv32::load_checkpoint(file, kGolden + "tiny_fp8_ue8m0_yarn/model0-mp1.safetensors", small);
+  dsv32::load_checkpoint(file, kGoldenDir + "tiny_fp8_ue8m0_yarn/model0-mp1.safetensors", small);
   int borrowed = 0;
   file.visit([&](const std::string&, dsv32::Parameter<HostInvisible>& p) { borrowed += p.borrowed(); });
   CHECK(borrowed == 0);  // nothing of the mapped file is used in place: everything was uploaded
   CHECK(run(file, 4) == want);
 
   dsv32::test::TempDir tmp("host_invisible_hf");
-  dsv32_test::hf_checkpoint_from_golden(kGolden + "tiny_fp8_ue8m0_yarn", tmp / "hf", 3);
+  dsv32_test::hf_checkpoint_from_golden(kGoldenDir + "tiny_fp8_ue8m0_yarn", tmp / "hf", 3);
   dsv32::Transformer<TinyFp8Ue8m0Yarn, HostInvisible> hf(options());
   dsv32::load_checkpoint(hf, tmp / "hf", small);
   CHECK(run(hf, 4) == want);
