@@ -21,9 +21,9 @@ using dsv32::ToolCall;
 
 namespace {
 
-const dsv32::Tokenizer& tok() { return deepseek::tokenizer(deepseek::v3_2_exp); }
+using deepseek::v3_2_exp_tokenizer;
 
-std::int32_t id_of(std::string_view token) { return tok().token_to_id(token).value(); }
+std::int32_t id_of(std::string_view token) { return v3_2_exp_tokenizer().token_to_id(token).value(); }
 
 /// A reply of chat_cases.json: its ids (after <｜Assistant｜> or the last tool output, up to and
 /// including <｜end▁of▁sentence｜>) and the message it renders.
@@ -38,7 +38,7 @@ std::vector<Reply> replies_of_chat_cases() {
   const std::int32_t assistant = id_of("<｜Assistant｜>");
   const std::int32_t output_begin = id_of("<｜tool▁output▁begin｜>");
   const std::int32_t output_end = id_of("<｜tool▁output▁end｜>");
-  const std::int32_t eos = tok().eos_id().value();
+  const std::int32_t eos = v3_2_exp_tokenizer().eos_id().value();
   std::vector<Reply> replies;
   for (const auto& c : deepseek::cases("chat_cases.json", deepseek::v3_2_exp).at("cases")) {
     const Ids ids = c.at("ids");
@@ -66,7 +66,7 @@ std::vector<Reply> replies_of_chat_cases() {
 /// Pushes `ids` one at a time; checks that the deltas add up to the output and that each tool call
 /// arrives with its <｜tool▁call▁end｜>.
 ChatOutput parse_ids(const Ids& ids, ChatOutputState start) {
-  ChatOutputParser parser(tok(), start);
+  ChatOutputParser parser(v3_2_exp_tokenizer(), start);
   ChatOutput sum;
   const std::int32_t call_end = id_of("<｜tool▁call▁end｜>");
   for (std::int32_t id : ids) {
@@ -115,14 +115,7 @@ std::size_t check_text_splits(const std::string& text, ChatOutputState start, co
   return checked;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const dsv32::Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using deepseek::error_of;
 
 }  // namespace
 
@@ -140,7 +133,7 @@ TEST_CASE("chat output: every assistant reply of DeepSeek-V3.2-Exp's chat_cases.
     if (const auto end = expected.content.find("</think>"); end != std::string::npos && r.ids.front() == id_of("</think>")) {
       expected.content.erase(0, end + 8);
     }
-    const std::string text = tok().decode(r.ids);
+    const std::string text = v3_2_exp_tokenizer().decode(r.ids);
     INFO("reply: " << text);
     const ChatOutput by_ids = parse_ids(r.ids, ChatOutputState::content);
     CHECK(by_ids.message() == expected);
@@ -163,7 +156,7 @@ TEST_CASE("chat output: reasoning, then the answer (encode_cases.json's thinking
   const Ids after_think(ids.begin() + 1, ids.end());
   CHECK(parse_ids(after_think, ChatOutputState::reasoning) == expected);
   const std::string text = "<think>\nLet me reason.\n</think>\n\nThe answer is 42.<｜end▁of▁sentence｜>";
-  CHECK(tok().decode(ids) == text);
+  CHECK(v3_2_exp_tokenizer().decode(ids) == text);
   CHECK(check_text_splits(text, ChatOutputState::content, expected) == text.size() + 1);
   CHECK(check_text_splits(text.substr(7), ChatOutputState::reasoning, expected) == text.size() - 6);
   CHECK(expected == ChatOutput{expected.reasoning, expected.content, {}});
@@ -188,7 +181,7 @@ TEST_CASE("chat output: reasoning, an answer and two tool calls, as the tokens a
   CHECK(parse_ids(ids, ChatOutputState::reasoning) == expected);
 
   // The states along the way, and each call in the delta of its <｜tool▁call▁end｜>.
-  ChatOutputParser parser(tok(), ChatOutputState::reasoning);
+  ChatOutputParser parser(v3_2_exp_tokenizer(), ChatOutputState::reasoning);
   std::vector<ChatOutputState> states;
   std::vector<std::size_t> call_positions;
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -204,7 +197,7 @@ TEST_CASE("chat output: reasoning, an answer and two tool calls, as the tokens a
   CHECK(ids[call_positions[1]] == id_of("<｜tool▁call▁end｜>"));
   CHECK(call_positions[1] + 3 == ids.size());  // then <｜tool▁calls▁end｜> and eos
 
-  const std::string text = tok().decode(ids);
+  const std::string text = v3_2_exp_tokenizer().decode(ids);
   CHECK(check_text_splits(text, ChatOutputState::reasoning, expected) == text.size() + 1);
 }
 
@@ -223,7 +216,7 @@ TEST_CASE("chat output: text with multi-byte characters is never cut inside a ch
 }
 
 TEST_CASE("chat output: ids the tokenizer lacks, and markers split from characters") {
-  ChatOutputParser parser(tok(), ChatOutputState::content);
+  ChatOutputParser parser(v3_2_exp_tokenizer(), ChatOutputState::content);
   CHECK(parser.push(28927).content.empty());  // the first half of 😀
   CHECK_THROWS_WITH_AS((void)parser.push(129000), doctest::Contains("token id 129000"), dsv32::Error);
   CHECK(parser.push(225).content == "😀");  // the refused id changed nothing
@@ -242,7 +235,7 @@ TEST_CASE("chat output: start states, reset, and input after the end") {
   CHECK_THROWS_WITH_AS(ChatOutputParser{ChatOutputState::tool_name}, doctest::Contains("starts in the reasoning or content state"),
                        dsv32::Error);
 
-  ChatOutputParser parser(tok());
+  ChatOutputParser parser(v3_2_exp_tokenizer());
   CHECK(parser.push(19923).content == "Hello");
   CHECK(parser.push(1).empty());
   CHECK(parser.state() == ChatOutputState::ended);
@@ -298,7 +291,7 @@ TEST_CASE("chat output: out-of-place markers are errors naming what was expected
   CHECK(text_error("<｜tool▁sep｜>").find("found <｜tool▁sep｜> at byte 0") != std::string::npos);
 
   // By id: "😀<think>中文</think>" (encode_cases.json) has <think> after answer text.
-  ChatOutputParser parser(tok());
+  ChatOutputParser parser(v3_2_exp_tokenizer());
   const Ids ids = {28927, 225, 128798, 21134, 128799};
   CHECK(parser.push(ids[0]).empty());
   CHECK(parser.push(ids[1]).content == "😀");

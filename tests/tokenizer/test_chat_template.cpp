@@ -44,14 +44,7 @@ std::size_t check_chat_cases(const std::string& folder) {
   return checked;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const dsv32::Error& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using deepseek::error_of;
 
 std::string parse_error(const json& messages) {
   return error_of([&] { (void)dsv32::chat_messages_from_json(messages); });
