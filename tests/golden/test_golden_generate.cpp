@@ -16,9 +16,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/test_support.hpp"
+
 namespace {
 
-const std::filesystem::path kGolden = std::filesystem::path(DSV32_TEST_DATA) / "golden";
+using dsv32::test::kGoldenDir;
 
 using Tokens = std::vector<std::int32_t>;
 
@@ -52,7 +54,7 @@ struct RecordingModel {
 
 template <class Config, class Backend = dsv32::Cpu>
 void check_generation(const std::string& name) {
-  const auto dir = kGolden / name;
+  const auto dir = std::filesystem::path(kGoldenDir) / name;
   std::ifstream in(dir / "manifest.json");
   REQUIRE(in.good());
   const auto manifest = nlohmann::json::parse(in);
