@@ -220,10 +220,10 @@ TEST_CASE("ModelArgs::from_file: the released 671B config matches Config671B; ba
 }
 
 TEST_CASE("ModelArgs::from_file: invalid JSON is an invalid_config error naming the file") {
-  const std::string path = std::string(DSV32_TEST_DATA) + "/golden/tiny_bf16/manifest.json";  // valid JSON, wrong keys
+  const std::string path = dsv32::test::kGoldenDir + "tiny_bf16/manifest.json";  // valid JSON, wrong keys
   CHECK(contains(error_of([&] { ModelArgs::from_file(path); }, ErrorKind::invalid_config), "unknown key"));
   // a file that is not JSON at all: the safetensors checkpoint
-  const std::string bin = std::string(DSV32_TEST_DATA) + "/golden/tiny_bf16/model0-mp1.safetensors";
+  const std::string bin = dsv32::test::kGoldenDir + "tiny_bf16/model0-mp1.safetensors";
   const std::string w = error_of([&] { ModelArgs::from_file(bin); }, ErrorKind::invalid_config);
   CHECK(contains(w, "model0-mp1.safetensors: not valid JSON"));
 }

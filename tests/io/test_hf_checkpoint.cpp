@@ -31,7 +31,7 @@ using dsv32::ModelArgs;
 using dsv32_test::TempDir;
 
 const fs::path kData = DSV32_TEST_DATA;
-const fs::path kGolden = kData / "golden";
+const fs::path kGolden = dsv32::test::kGoldenDir;
 const fs::path kHfConfig671B = kData / "configs" / "hf_config_DeepSeek-V3.2-Exp.reconstructed.json";
 
 

@@ -40,7 +40,7 @@ using dsv32::TinyBf16;
 using Model = dsv32::Transformer<TinyBf16>;
 using Param = dsv32::Parameter<Cpu>;
 
-const fs::path kScenario = fs::path(DSV32_TEST_DATA) / "golden" / "tiny_bf16";
+const fs::path kScenario = fs::path(dsv32::test::kGoldenDir) / "tiny_bf16";
 const fs::path kCheckpoint = kScenario / "model0-mp1.safetensors";
 
 

@@ -4,7 +4,6 @@
 // errors for out-of-place markers.
 #include <doctest/doctest.h>
 
-#include <functional>
 #include <string>
 #include <vector>
 

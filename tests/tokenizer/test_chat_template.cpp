@@ -3,7 +3,6 @@
 // conversations this implementation refuses.
 #include <doctest/doctest.h>
 
-#include <functional>
 #include <string>
 #include <tuple>
 #include <vector>
