@@ -11,6 +11,7 @@
 // their part of the model and compute every generate() call rank 0 makes (GenerationGroup). Loading
 // is agreed on (run_collectively), so a rank that fails makes every rank exit with rank 0's one message.
 #include <dsv32/dsv32.hpp>
+#include <dsv32/core/filesystem.hpp>
 #include <dsv32/config/registry.hpp>
 #include <dsv32/generate/generate.hpp>
 #include <dsv32/generate/group.hpp>
@@ -445,7 +446,7 @@ class ReplayEngine final : public Engine {
 // The one place that reads a checkpoint directory's config.json: the reference's ModelArgs fields,
 // or Hugging Face's when the build has their parser (<dsv32/io/hf_checkpoint.hpp>).
 dsv32::ModelArgs read_checkpoint_args(const fs::path& dir) {
-  if (!fs::is_directory(dir)) throw dsv32::Error(dsv32::ErrorKind::io, "checkpoint directory " + dir.string() + " does not exist");
+  if (!dsv32::detail::path_is_directory(dir)) throw dsv32::Error(dsv32::ErrorKind::io, "checkpoint directory " + dir.string() + " does not exist");
   return dsv32::read_model_config(dir);  // the reference's ModelArgs fields or Hugging Face's
 }
 
@@ -569,7 +570,7 @@ bool text_mode(const Arguments& a) { return a.prompt_text || a.text || a.chat; }
 
 fs::path tokenizer_dir(const Arguments& a) {
   if (a.tokenizer) return *a.tokenizer;
-  if (a.checkpoint && fs::exists(*a.checkpoint / "tokenizer.json")) return *a.checkpoint;
+  if (a.checkpoint && dsv32::detail::path_exists(*a.checkpoint / "tokenizer.json")) return *a.checkpoint;
 #if defined(DSV32_GENERATE_DEFAULT_TOKENIZER)
   if (fs::exists(fs::path(DSV32_GENERATE_DEFAULT_TOKENIZER) / "tokenizer.json")) return DSV32_GENERATE_DEFAULT_TOKENIZER;
 #endif

@@ -11,6 +11,7 @@
 //
 // Exit status: 0 success; 1 the checkpoint does not hold exactly the config's tensors; 2 an error
 // (bad arguments, an unreadable or invalid file, a config no compiled config matches).
+#include <dsv32/core/filesystem.hpp>
 #include <dsv32/config/registry.hpp>
 #include <dsv32/dsv32.hpp>
 #include <dsv32/io/checkpoint.hpp>
@@ -215,8 +216,8 @@ bool hf_naming(const nlohmann::json& j) {
 
 /// Reads a config.json in either naming: the reference's ModelArgs fields, or Hugging Face's.
 ResolvedConfig resolve_config_file(const fs::path& path) {
-  DSV32_CHECK(fs::exists(path), io, "cannot read config file ", path.string(), ": no such file");
-  DSV32_CHECK(!fs::is_directory(path), io, "cannot read config file ", path.string(), ": it is a directory");
+  DSV32_CHECK(dsv32::detail::path_exists(path), io, "cannot read config file ", path.string(), ": no such file");
+  DSV32_CHECK(!dsv32::detail::path_is_directory(path), io, "cannot read config file ", path.string(), ": it is a directory");
   ResolvedConfig r;
   std::ifstream in(path);
   const nlohmann::json peek = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -437,7 +438,7 @@ bool is_hf_directory(const fs::path& dir) {
 std::set<int> shard_world_sizes(const fs::path& dir) {
   static const std::regex pattern(R"(model(\d+)-mp(\d+)\.safetensors)");
   std::set<int> worlds;
-  for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
+  for (const fs::directory_entry& e : dsv32::detail::directory_entries(dir)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
     if (std::regex_match(name, m, pattern) && m[2].length() <= 6) worlds.insert(std::stoi(m[2].str()));
@@ -451,7 +452,7 @@ ShardCheck check_file(const ModelArgs& a, const fs::path& file, int world, int r
   s.rank = rank;
   s.file = file.string();
   std::optional<dsv32::SafetensorsSource> source;
-  if (!fs::exists(file)) {
+  if (!dsv32::detail::path_exists(file)) {
     s.status = "absent";
   } else {
     try {
@@ -469,8 +470,8 @@ CheckpointReport inspect_checkpoint(const Args& args) {
   CheckpointReport r;
   const fs::path path = args.checkpoint;
   r.path = path.string();
-  DSV32_CHECK(fs::exists(path), io, "cannot read checkpoint ", path.string(), ": no such file or directory");
-  const bool dir = fs::is_directory(path);
+  DSV32_CHECK(dsv32::detail::path_exists(path), io, "cannot read checkpoint ", path.string(), ": no such file or directory");
+  const bool dir = dsv32::detail::path_is_directory(path);
   const fs::path home = dir ? path : path.parent_path();
   // The layout, by load_checkpoint()'s rule: the reference's shards win over a Hugging Face layout.
   const std::set<int> worlds = dir ? shard_world_sizes(path) : std::set<int>{};
@@ -480,7 +481,7 @@ CheckpointReport inspect_checkpoint(const Args& args) {
   const fs::path config_json = home / "config.json";
   if (!args.preset.empty() || !args.config.empty()) {
     r.config = !args.preset.empty() ? resolve_preset(args.preset) : resolve_config_file(args.config);
-    if (fs::exists(config_json) && !r.config.compiled.empty()) {
+    if (dsv32::detail::path_exists(config_json) && !r.config.compiled.empty()) {
       try {
         const ModelArgs theirs = resolve_config_file(config_json).args;
         with_preset(r.config.compiled, [&]<class C>() { r.config_notes = theirs.template mismatches<C>(); });
@@ -489,7 +490,7 @@ CheckpointReport inspect_checkpoint(const Args& args) {
       }
     }
   } else {
-    if (!fs::exists(config_json))
+    if (!dsv32::detail::path_exists(config_json))
       usage_error(home.string(), " has no config.json: name the checkpoint's config with --preset or --config");
     r.config = resolve_config_file(config_json);
   }

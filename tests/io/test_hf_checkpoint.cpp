@@ -442,6 +442,13 @@ TEST_CASE("hf checkpoint: bad checkpoints are refused with clear errors") {
     dsv32_test::write_json(index, {{"weight_map", {{"lm_head.weight", "../" + s1}}}});
     check_error(load, ErrorKind::invalid_file, {"lm_head.weight", "name of a file in the checkpoint directory"});
   }
+  SUBCASE("the index names a shard the file system cannot look up (fuzz/regressions/hf_index)") {
+    // a name past NAME_MAX: stat() fails with ENAMETOOLONG, which std::filesystem::exists() throws
+    const std::string too_long = std::string(300, 'y') + ".safetensors";
+    idx["weight_map"][in_s1] = too_long;
+    dsv32_test::write_json(index, idx);
+    check_error(load, ErrorKind::io, {"cannot examine ", (dir / too_long).string(), "File name too long"});
+  }
   SUBCASE("a config.json that disagrees with the compiled config lists every field") {
     nlohmann::json c = dsv32_test::read_json(dir / "config.json");
     c["num_attention_heads"] = 4;

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/filesystem.hpp"
 
 namespace dsv32 {
 
@@ -121,9 +122,9 @@ inline nlohmann::json parse_json_strict(std::string_view text, const std::string
 /// \throws Error(io) if the file is missing, not a regular file or unreadable; as parse_json_strict().
 inline nlohmann::json read_json_file_strict(const std::filesystem::path& path, ErrorKind kind,
                                             int max_depth = kMaxJsonDepth) {
-  std::error_code ec;
-  DSV32_CHECK(std::filesystem::is_regular_file(path, ec), io, "cannot read ", path.string(), ": ",
-              std::filesystem::exists(path, ec) ? "not a regular file" : "no such file");
+  const std::filesystem::file_status status = detail::path_status(path);
+  DSV32_CHECK(std::filesystem::is_regular_file(status), io, "cannot read ", path.string(), ": ",
+              std::filesystem::exists(status) ? "not a regular file" : "no such file");
   std::ifstream in(path, std::ios::binary);
   DSV32_CHECK(in.good(), io, "cannot open ", path.string());
   const std::string text{std::istreambuf_iterator<char>(in), {}};

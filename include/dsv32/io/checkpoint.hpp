@@ -16,6 +16,7 @@
 
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/filesystem.hpp"
 #include "dsv32/io/convert.hpp"
 #include "dsv32/io/hf_checkpoint.hpp"
 #include "dsv32/io/safetensors.hpp"
@@ -43,13 +44,12 @@ enum class CheckpointLayout {
 /// \throws Error(io) when `path` does not exist or the directory holds neither layout; the message
 ///         says what was looked for and names the converted shards of other world sizes it found.
 inline CheckpointLayout detect_checkpoint_layout(const std::filesystem::path& path, int rank = 0, int world = 1) {
-  namespace fs = std::filesystem;
-  DSV32_CHECK(fs::exists(path), io, "checkpoint ", path.string(), " does not exist");
-  if (!fs::is_directory(path)) return CheckpointLayout::file;
-  if (fs::exists(path / shard_file_name(rank, world))) return CheckpointLayout::converted;
+  DSV32_CHECK(detail::path_exists(path), io, "checkpoint ", path.string(), " does not exist");
+  if (!detail::path_is_directory(path)) return CheckpointLayout::file;
+  if (detail::path_exists(path / shard_file_name(rank, world))) return CheckpointLayout::converted;
   if (HfCheckpointSource::detect(path)) return CheckpointLayout::hugging_face;
   std::vector<std::string> others;
-  for (const auto& e : fs::directory_iterator(path)) {
+  for (const auto& e : detail::directory_entries(path)) {
     const std::string n = e.path().filename().string();
     if (n.starts_with("model") && n.find("-mp") != std::string::npos && n.ends_with(".safetensors")) others.push_back(n);
   }
@@ -69,9 +69,9 @@ inline CheckpointLayout detect_checkpoint_layout(const std::filesystem::path& pa
 /// \param path a config.json, or a checkpoint directory with one
 /// \throws Error(io) if it cannot be read; Error(invalid_config) as parse_hf_config() / ModelArgs::from_json().
 inline ModelArgs read_model_config(const std::filesystem::path& path) {
-  const bool dir = std::filesystem::is_directory(path);
+  const bool dir = detail::path_is_directory(path);
   const std::filesystem::path file = dir ? path / "config.json" : path;
-  DSV32_CHECK(!dir || std::filesystem::exists(file), io, "checkpoint directory ", path.string(), " has no config.json");
+  DSV32_CHECK(!dir || detail::path_exists(file), io, "checkpoint directory ", path.string(), " has no config.json");
   const nlohmann::json j = detail::read_json_file(file, ErrorKind::invalid_config);
   return is_hf_config(j) ? parse_hf_config(j, file.string()).args : ModelArgs::from_json(j, file.string());
 }
@@ -119,7 +119,7 @@ void load_checkpoint(Model& model, const std::filesystem::path& path, const Load
       load_weights(model, SafetensorsSource(path), opts);
       return;
     case CheckpointLayout::converted: {
-      if (std::filesystem::exists(path / "config.json")) check_config_file<Config>(path / "config.json");
+      if (detail::path_exists(path / "config.json")) check_config_file<Config>(path / "config.json");
       load_weights(model, SafetensorsSource(path / shard_file_name(rank, world)), opts);
       return;
     }

@@ -29,6 +29,7 @@
 
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/filesystem.hpp"
 #include "dsv32/io/hf_checkpoint.hpp"
 #include "dsv32/io/safetensors.hpp"
 #include "dsv32/io/tensor_source.hpp"
@@ -291,9 +292,10 @@ inline ConvertResult convert_hf_checkpoint(const std::filesystem::path& hf_dir, 
   const HfCheckpointSource source(hf_dir);
   const ShardPlan plan = plan_model_parallel_shards(source, world, options.n_experts);
   std::error_code ec;
-  DSV32_CHECK(!fs::exists(out_dir) || !fs::equivalent(hf_dir, out_dir, ec), invalid_argument,
+  const bool out_exists = detail::path_exists(out_dir);
+  DSV32_CHECK(!out_exists || !fs::equivalent(hf_dir, out_dir, ec), invalid_argument,
               "the output directory ", out_dir.string(), " is the input checkpoint directory; choose another");
-  DSV32_CHECK(!fs::exists(out_dir) || fs::is_directory(out_dir), io, "output path ", out_dir.string(),
+  DSV32_CHECK(!out_exists || detail::path_is_directory(out_dir), io, "output path ", out_dir.string(),
               " exists and is not a directory");
   fs::create_directories(out_dir, ec);
   DSV32_CHECK(!ec, io, "cannot create the output directory ", out_dir.string(), ": ", ec.message());
@@ -339,8 +341,8 @@ inline ConvertResult convert_hf_checkpoint(const std::filesystem::path& hf_dir, 
   }
   if (options.copy_tokenizer_files) {
     std::vector<fs::path> files;
-    for (const auto& e : fs::directory_iterator(hf_dir))
-      if (e.is_regular_file() && e.path().filename().string().find("token") != std::string::npos)
+    for (const auto& e : detail::directory_entries(hf_dir))
+      if (detail::path_is_regular_file(e.path()) && e.path().filename().string().find("token") != std::string::npos)
         files.push_back(e.path());
     std::sort(files.begin(), files.end());
     for (const fs::path& f : files) {

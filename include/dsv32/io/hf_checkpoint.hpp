@@ -33,6 +33,7 @@
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/config/tensor_table.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/filesystem.hpp"
 #include "dsv32/core/json.hpp"
 #include "dsv32/io/safetensors.hpp"
 #include "dsv32/io/tensor_source.hpp"
@@ -631,18 +632,18 @@ class HfCheckpointSource : public TensorSource {
   ///         malformed index or shard, or inconsistent tensors; as read_hf_config() for the config.
   explicit HfCheckpointSource(const std::filesystem::path& dir) : dir_(dir) {
     namespace fs = std::filesystem;
-    DSV32_CHECK(fs::is_directory(dir), io, "Hugging Face checkpoint directory ", dir.string(),
-                fs::exists(dir) ? " is not a directory" : " does not exist");
+    DSV32_CHECK(detail::path_is_directory(dir), io, "Hugging Face checkpoint directory ", dir.string(),
+                detail::path_exists(dir) ? " is not a directory" : " does not exist");
     const fs::path config_path = dir / "config.json";
-    DSV32_CHECK(fs::exists(config_path), io, "Hugging Face checkpoint directory ", dir.string(),
+    DSV32_CHECK(detail::path_exists(config_path), io, "Hugging Face checkpoint directory ", dir.string(),
                 " has no config.json");
     config_ = read_hf_config(config_path);
     const fs::path index_path = dir / index_file_name();
-    if (fs::exists(index_path)) {
+    if (detail::path_exists(index_path)) {
       open_indexed(index_path);
     } else {
       const fs::path single = dir / "model.safetensors";
-      DSV32_CHECK(fs::exists(single), io, "Hugging Face checkpoint directory ", dir.string(), " has neither ",
+      DSV32_CHECK(detail::path_exists(single), io, "Hugging Face checkpoint directory ", dir.string(), " has neither ",
                   index_file_name(), " nor model.safetensors");
       shards_.push_back(SafetensorsFile::open(single));
     }
@@ -653,7 +654,7 @@ class HfCheckpointSource : public TensorSource {
   static constexpr const char* index_file_name() noexcept { return "model.safetensors.index.json"; }
   /// \brief Whether `dir` looks like a Hugging Face checkpoint: it has the index or model.safetensors.
   static bool detect(const std::filesystem::path& dir) {
-    return std::filesystem::exists(dir / index_file_name()) || std::filesystem::exists(dir / "model.safetensors");
+    return detail::path_exists(dir / index_file_name()) || detail::path_exists(dir / "model.safetensors");
   }
 
   /// \brief The checkpoint's config.json, read.
@@ -733,7 +734,7 @@ class HfCheckpointSource : public TensorSource {
     std::map<std::string, std::size_t> shard_index;
     for (const auto& [file, tensor] : a_tensor_of) {
       const std::filesystem::path p = dir_ / file;
-      DSV32_CHECK(std::filesystem::exists(p), io, where, " names shard ", detail::quoted(file), " (for tensor ",
+      DSV32_CHECK(detail::path_exists(p), io, where, " names shard ", detail::quoted(file), " (for tensor ",
                   detail::quoted(tensor), " and others), which is missing from ", dir_.string());
       shard_index.emplace(file, shards_.size());
       shards_.push_back(SafetensorsFile::open(p));
