@@ -56,7 +56,12 @@ TEST_CASE("files: the unmodified tiny tokenizer loads from a directory") {
 TEST_CASE("files: missing files and invalid JSON") {
   tiny::TempDir dir;
   CHECK_THROWS_WITH_AS((void)dsv32::Tokenizer::from_directory(dir.path()),
-                       doctest::Contains("cannot open"), dsv32::Error);
+                       doctest::Contains("tokenizer.json: no such file"), dsv32::Error);
+  // a directory where a file should be: io, not an empty document
+  std::filesystem::create_directory(dir.path() / "tokenizer.json");
+  CHECK_THROWS_WITH_AS((void)dsv32::Tokenizer::from_directory(dir.path()),
+                       doctest::Contains("tokenizer.json: not a regular file"), dsv32::Error);
+  std::filesystem::remove(dir.path() / "tokenizer.json");
   ErrorKind kind{};
   const std::string message = load_error("{\"model\": [1, 2,", tiny::config_json().dump(), &kind);
   CHECK(kind == ErrorKind::invalid_file);

@@ -99,7 +99,7 @@ check "help text" "yes" "$(ok --help | grep -q -- '--tokenizer DIR' && echo yes)
 # errors: message on stderr, non-zero status
 check_fails "unknown argument" "unknown argument '--frobnicate'" "$tool" --tokenizer "$dir" --frobnicate
 check_fails "missing value" "--tokenizer needs a value" "$tool" --tokenizer
-check_fails "missing dir" "cannot open" "$tool" --tokenizer "$dir/does-not-exist" --text x
+check_fails "missing dir" "no such file" "$tool" --tokenizer "$dir/does-not-exist" --text x
 check_fails "decode bad json" "input is not valid JSON" "$tool" --tokenizer "$dir" --decode --text '[1, 2'
 check_fails "decode not ids" "element 1 of the id array is not a 32-bit integer" "$tool" --tokenizer "$dir" --decode --text '[1, "x"]'
 check_fails "decode unknown id" "token id 999999 at position 0 is outside the tokenizer's vocabulary [0, 128815)" "$tool" --tokenizer "$dir" --decode --text '[999999]'

@@ -18,10 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -44,14 +42,10 @@ namespace dsv32::bpe {
 
 /// \brief Reads and parses a JSON file strictly (parse_json_strict(): no key twice in one object,
 ///        nesting at most kMaxJsonDepth deep, so that the recursive checks below stay shallow).
-/// \throws Error(io) when it cannot be read, Error(invalid_file) when it is not such JSON.
+/// \throws Error(io) when it is missing, not a regular file (a directory reads as nothing) or
+///         unreadable, Error(invalid_file) when it is not such JSON.
 inline nlohmann::json read_json_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(ErrorKind::io, "cannot open ", path.string());
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail(ErrorKind::io, "cannot read ", path.string());
-  return parse_json_strict(buffer.str(), path.string(), ErrorKind::invalid_file);
+  return read_json_file_strict(path, ErrorKind::invalid_file);
 }
 
 /// \brief A JSON value together with where it is (file and field path), for error messages.
