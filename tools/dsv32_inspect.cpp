@@ -216,8 +216,9 @@ bool hf_naming(const nlohmann::json& j) {
 
 /// Reads a config.json in either naming: the reference's ModelArgs fields, or Hugging Face's.
 ResolvedConfig resolve_config_file(const fs::path& path) {
-  DSV32_CHECK(dsv32::detail::path_exists(path), io, "cannot read config file ", path.string(), ": no such file");
-  DSV32_CHECK(!dsv32::detail::path_is_directory(path), io, "cannot read config file ", path.string(), ": it is a directory");
+  const fs::file_status status = dsv32::detail::path_status(path);
+  DSV32_CHECK(fs::exists(status), io, "cannot read config file ", path.string(), ": no such file");
+  DSV32_CHECK(!fs::is_directory(status), io, "cannot read config file ", path.string(), ": it is a directory");
   ResolvedConfig r;
   std::ifstream in(path);
   const nlohmann::json peek = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -470,8 +471,9 @@ CheckpointReport inspect_checkpoint(const Args& args) {
   CheckpointReport r;
   const fs::path path = args.checkpoint;
   r.path = path.string();
-  DSV32_CHECK(dsv32::detail::path_exists(path), io, "cannot read checkpoint ", path.string(), ": no such file or directory");
-  const bool dir = dsv32::detail::path_is_directory(path);
+  const fs::file_status status = dsv32::detail::path_status(path);
+  DSV32_CHECK(fs::exists(status), io, "cannot read checkpoint ", path.string(), ": no such file or directory");
+  const bool dir = fs::is_directory(status);
   const fs::path home = dir ? path : path.parent_path();
   // The layout, by load_checkpoint()'s rule: the reference's shards win over a Hugging Face layout.
   const std::set<int> worlds = dir ? shard_world_sizes(path) : std::set<int>{};

@@ -632,8 +632,9 @@ class HfCheckpointSource : public TensorSource {
   ///         malformed index or shard, or inconsistent tensors; as read_hf_config() for the config.
   explicit HfCheckpointSource(const std::filesystem::path& dir) : dir_(dir) {
     namespace fs = std::filesystem;
-    DSV32_CHECK(detail::path_is_directory(dir), io, "Hugging Face checkpoint directory ", dir.string(),
-                detail::path_exists(dir) ? " is not a directory" : " does not exist");
+    const fs::file_status status = detail::path_status(dir);
+    DSV32_CHECK(fs::is_directory(status), io, "Hugging Face checkpoint directory ", dir.string(),
+                fs::exists(status) ? " is not a directory" : " does not exist");
     const fs::path config_path = dir / "config.json";
     DSV32_CHECK(detail::path_exists(config_path), io, "Hugging Face checkpoint directory ", dir.string(),
                 " has no config.json");
