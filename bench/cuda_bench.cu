@@ -5,7 +5,7 @@
 //     cuBLASLt call of the same shape on pre-quantized operands, in ms and TFLOP/s;
 //  3. attention and the indexer against context length (1K, 4K, 16K; decode at batch 1, 8, 64), and a
 //     2K-token prefill on the path it takes by default (absorbed: absorb_query, latent_attention with
-//     cache_rows 0, project_values; the expanded sparse_attention of shorter prefills for comparison);
+//     the block table of one page, project_values; the expanded sparse_attention of shorter prefills for comparison);
 //  4. the routed experts as the MoE layer runs them on Cuda: the plan and one grouped call over 256
 //     experts (8 per token) at 1, 8, 64 and 2048 tokens;
 //  5. per layer, decode at batch 1, 8, 64 with a 4K context and prefill of 2K tokens: the sum of its
@@ -63,6 +63,32 @@ struct Buf {
   ~Buf() { Mem::deallocate(p); }
   template <class T>
   T* as() const { return static_cast<T*>(p); }
+};
+
+// A ragged pass's cache addressing on the device (CachePages): `n` queries, query i of sequence
+// seq(i) at position pos(i); sequence b's positions in page b of `page_size` positions (the
+// rectangular layout).
+struct Paged {
+  Buf table, sequence, position;
+  CachePages<cuda::DeviceSpace> view;
+  template <class Seq, class Pos>
+  Paged(std::int64_t sequences, std::int64_t n, std::int64_t page_size, Seq&& seq, Pos&& pos)
+      : table(static_cast<std::size_t>(sequences) * 4), sequence(static_cast<std::size_t>(n) * 4),
+        position(static_cast<std::size_t>(n) * 4) {
+    std::vector<std::int32_t> t(static_cast<std::size_t>(sequences)), q(static_cast<std::size_t>(n)), p(q.size());
+    std::int64_t visible = 0;
+    for (std::int64_t b = 0; b < sequences; ++b) t[b] = static_cast<std::int32_t>(b);
+    for (std::int64_t i = 0; i < n; ++i) {
+      q[i] = static_cast<std::int32_t>(seq(i));
+      p[i] = static_cast<std::int32_t>(pos(i));
+      visible = std::max<std::int64_t>(visible, p[i] + 1);
+    }
+    Mem::copy_from_host(table.p, t.data(), t.size() * 4);
+    Mem::copy_from_host(sequence.p, q.data(), q.size() * 4);
+    Mem::copy_from_host(position.p, p.data(), p.size() * 4);
+    view = {{table.as<const std::int32_t>(), sequences, 1, 1}, {sequence.as<const std::int32_t>(), n},
+            {position.as<const std::int32_t>(), n}, page_size, visible};
+  }
 };
 
 std::uint32_t g_seed = 1;
@@ -232,9 +258,10 @@ int main(int argc, char** argv) {
     for (int bi = 0; bi < 3; ++bi) {
       const std::int64_t B = std::int64_t{1} << (3 * bi);  // 1, 8, 64
       if (B * context > max_batch * 4096) continue;        // the latent cache holds 64 x 4K rows
+      const Paged pages(B, B, context, [](std::int64_t i) { return i; }, [&](std::int64_t) { return context - 1; });
       const double a = time_ms(ctx, reps, [&] {
         K::latent_attention(ctx, {q_lat.as<bf16>(), B * H, C, C}, {q_pe.as<bf16>(), B * H, rope, rope},
-                            {kv.as<bf16>(), B * context, C, C}, {pe.as<bf16>(), B * context, rope, rope}, context, H,
+                            {kv.as<bf16>(), B * context, C, C}, {pe.as<bf16>(), B * context, rope, rope}, pages.view, H,
                             {sel.as<std::int32_t>(), B, topk, topk}, {cnt.as<std::int32_t>(), B}, scale,
                             {out.as<bf16>(), B * H, C, C});
       });
@@ -258,10 +285,11 @@ int main(int argc, char** argv) {
     for (const std::int64_t B : {1, 8, 64}) {
       const std::int64_t rows = key_rows / B;
       if (context > rows) continue;  // the key cache holds 64 x 4K rows
+      const Paged pages(B, B, rows, [](std::int64_t i) { return i; }, [&](std::int64_t) { return context - 1; });
       const double t = time_ms(ctx, reps, [&] {
         K::indexer_topk(ctx, {qcodes.as<std::uint8_t>(), B * IH, ID, ID}, {qscale.as<float>(), B * IH, 1, 1},
                         {hw.as<bf16>(), B, IH, IH}, 0.125f, 0.0884f, {kcodes.as<std::uint8_t>(), B * rows, ID, ID},
-                        {kscale.as<float>(), B * rows, 1, 1}, rows, B, context - 1, {sel.as<std::int32_t>(), B, topk, topk},
+                        {kscale.as<float>(), B * rows, 1, 1}, pages.view, {sel.as<std::int32_t>(), B, topk, topk},
                         {cnt.as<std::int32_t>(), B});
       });
       std::printf("%-34s %8lld %8lld %10.4f\n", "indexer scores + top-2048 (decode)", static_cast<long long>(B),
@@ -272,7 +300,8 @@ int main(int argc, char** argv) {
   // prefill: one sequence of 2K tokens, causal selections (query s selects positions 0 .. min(top-k, s + 1) - 1)
   double prefill_attn = 0, prefill_idx = 0;
   {
-    const std::int64_t S = 2048, v = v_dim, n = kAbsorbedPrefillRows;
+    const std::int64_t S = 2048, v = v_dim, n = kLatentRows;
+    const Paged pages(1, S, S, [](std::int64_t) { return 0; }, [](std::int64_t s) { return s; });
     Buf q = filled(ctx, S * H * dq, 0, 2.0f), kvx = filled(ctx, S * H * dkv, 0, 2.0f), o(S * H * v * 2);
     Buf ql(n * H * C * 2), ol(n * H * C * 2);
     {
@@ -285,13 +314,13 @@ int main(int argc, char** argv) {
       Mem::copy_from_host(cnt.p, c.data(), c.size() * 4);
     }
     // the path a 2K prefill takes (past RuntimeOptions::absorbed_prefill_from, 1024 by default), as
-    // layers/mla.hpp runs it: 256 queries at a time, all reading the sequence's cache rows (cache_rows 0)
+    // layers/mla.hpp runs it: 256 queries at a time, all reading the sequence's cache rows
     prefill_attn = time_ms(ctx, std::min(reps, 3), [&] {
       for (std::int64_t t0 = 0; t0 < S; t0 += n) {
         const MatrixView<const bf16, Space> q_rows{q.as<bf16>() + t0 * H * dq, n * H, dq, dq};
         K::absorb_query(ctx, q_rows, wkv_b.view(), H, nope, v, {ql.as<bf16>(), n * H, C, C});
         K::latent_attention(ctx, {ql.as<bf16>(), n * H, C, C}, {q.as<bf16>() + t0 * H * dq + nope, n * H, rope, dq},
-                            {kv.as<bf16>(), S, C, C}, {pe.as<bf16>(), S, rope, rope}, 0, H,
+                            {kv.as<bf16>(), S, C, C}, {pe.as<bf16>(), S, rope, rope}, pages.view.rows(t0, n), H,
                             {sel.as<std::int32_t>() + t0 * topk, n, topk, topk}, {cnt.as<std::int32_t>() + t0, n}, scale,
                             {ol.as<bf16>(), n * H, C, C});
         K::project_values(ctx, {ol.as<bf16>(), n * H, C, C}, wkv_b.view(), H, nope, {o.as<bf16>() + t0 * H * v, n * H, v, v});
@@ -306,7 +335,7 @@ int main(int argc, char** argv) {
     prefill_idx = time_ms(ctx, std::min(reps, 3), [&] {
       K::indexer_topk(ctx, {qcodes.as<std::uint8_t>(), S * IH, ID, ID}, {qscale.as<float>(), S * IH, 1, 1},
                       {hw.as<bf16>(), S, IH, IH}, 0.125f, 0.0884f, {kcodes.as<std::uint8_t>(), S, ID, ID},
-                      {kscale.as<float>(), S, 1, 1}, S, 1, 0, {sel.as<std::int32_t>(), S, topk, topk},
+                      {kscale.as<float>(), S, 1, 1}, pages.view, {sel.as<std::int32_t>(), S, topk, topk},
                       {cnt.as<std::int32_t>(), S});
     });
     std::printf("%-34s %8d %8d %10.4f\n", "absorbed attention (prefill)", 1, 2048, prefill_attn);

@@ -35,6 +35,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -124,6 +125,17 @@ std::vector<std::uint8_t> random_codes(std::size_t n, std::mt19937& gen) {
   std::vector<std::uint8_t> v(n);
   for (auto& c : v) c = dsv32::encode_e4m3(d(gen));
   return v;
+}
+
+// A scrambled block table: `seqs` sequences of `pages_per_seq` pages each, page ids a fixed permutation
+// of [0, seqs * pages_per_seq) (so that no sequence's pages are consecutive).
+std::vector<std::int32_t> scrambled_table(std::int64_t seqs, std::int64_t pages_per_seq) {
+  const std::int64_t n = seqs * pages_per_seq;
+  std::vector<std::int32_t> t(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) t[i] = static_cast<std::int32_t>((i * 7 + 3) % n);
+  if (std::gcd<std::int64_t>(7, n) != 1)
+    for (std::int64_t i = 0; i < n; ++i) t[i] = static_cast<std::int32_t>(n - 1 - i);
+  return t;
 }
 
 std::uint16_t bits(bf16 b) {
@@ -288,11 +300,14 @@ TEST_CASE("CUDA kernels: RoPE (both layouts) and 1x128 activation quantization (
   for (const bool interleaved : {false, true}) {
     auto x = random_bf16(tokens * heads * stride, gen);
     auto want = x;
-    // the RoPE slice at column 24 of each (token, head) row
-    KCpu::rope(cctx, {want.data() + 24, tokens * heads, rope, stride}, heads, seq, 5,
+    // the RoPE slice at column 24 of each (token, head) row; token t at position 5 + t % seq
+    std::vector<std::int32_t> positions(tokens);
+    for (std::int64_t t = 0; t < tokens; ++t) positions[t] = static_cast<std::int32_t>(5 + t % seq);
+    KCpu::rope(cctx, {want.data() + 24, tokens * heads, rope, stride}, heads, hvec(positions),
                {cosv.data(), max_seq, rope / 2, rope / 2}, {sinv.data(), max_seq, rope / 2, rope / 2}, interleaved);
     Dev<bf16> dx(x);
-    KCuda::rope(ctx, {dx.p + 24, tokens * heads, rope, stride}, heads, seq, 5, dcos.mat(max_seq, rope / 2),
+    Dev<std::int32_t> dpos(positions);
+    KCuda::rope(ctx, {dx.p + 24, tokens * heads, rope, stride}, heads, dpos.vec(), dcos.mat(max_seq, rope / 2),
                 dsin.mat(max_seq, rope / 2), interleaved);
     CHECK(max_ulps(dx.host(ctx), want) == 0);
   }
@@ -463,20 +478,27 @@ TEST_CASE("CUDA indexer: the same selections as the CPU backend, counts on the d
            {2, 5, 8, 128, 5, 3}, {1, 40, 4, 256, 16, 0}, {3, 1, 64, 128, 2048, 3000}, {2, 3, 8, 128, 7, 20}}) {
     CAPTURE(S);
     CAPTURE(k);
-    const std::int64_t T = B * S, rows = start + S + 4, blocks = D / 128;
-    auto qc = random_codes(T * H * D, gen), kc = random_codes(B * rows * D, gen);
-    auto qs = random_f32(T * H * blocks, gen, 1e-3f, 5e-3f), ks = random_f32(B * rows * blocks, gen, 1e-3f, 5e-3f);
+    // sequence b's positions in a scrambled block table of pages of 16 positions
+    const std::int64_t T = B * S, P = 16, pps = (start + S + P - 1) / P, rows = B * pps * P, blocks = D / 128;
+    auto table = scrambled_table(B, pps);
+    std::vector<std::int32_t> seq_of(T), pos_of(T);
+    for (std::int64_t t = 0; t < T; ++t) seq_of[t] = static_cast<std::int32_t>(t / S), pos_of[t] = static_cast<std::int32_t>(start + t % S);
+    auto qc = random_codes(T * H * D, gen), kc = random_codes(rows * D, gen);
+    auto qs = random_f32(T * H * blocks, gen, 1e-3f, 5e-3f), ks = random_f32(rows * blocks, gen, 1e-3f, 5e-3f);
     auto hw = random_bf16(T * H, gen);
     std::vector<std::int32_t> sel(T * k, -1), cnt(T, -1);
     const float hs = 1.0f / std::sqrt(static_cast<float>(H)), ds = 1.0f / std::sqrt(static_cast<float>(D));
-    KCpu::indexer_topk(cctx, hmat(qc, T * H, D), hmat(qs, T * H, blocks), hmat(hw, T, H), hs, ds, hmat(kc, B * rows, D),
-                       hmat(ks, B * rows, blocks), rows, B, start, hmat(sel, T, k), hvec(cnt));
+    const dsv32::CachePages<> hpages{{table.data(), B, pps, pps}, hvec(seq_of), hvec(pos_of), P, start + S};
+    KCpu::indexer_topk(cctx, hmat(qc, T * H, D), hmat(qs, T * H, blocks), hmat(hw, T, H), hs, ds, hmat(kc, rows, D),
+                       hmat(ks, rows, blocks), hpages, hmat(sel, T, k), hvec(cnt));
     Dev<std::uint8_t> dqc(qc), dkc(kc);
     Dev<float> dqs(qs), dks(ks);
     Dev<bf16> dhw(hw);
+    Dev<std::int32_t> dtable(table), dseq(seq_of), dpos(pos_of);
+    const dsv32::CachePages<Space> dpages{{dtable.p, B, pps, pps}, dseq.vec(), dpos.vec(), P, start + S};
     Dev<std::int32_t> dsel(std::vector<std::int32_t>(T * k, -1)), dcnt(std::vector<std::int32_t>(T, -1));
-    KCuda::indexer_topk(ctx, dqc.mat(T * H, D), dqs.mat(T * H, blocks), dhw.mat(T, H), hs, ds, dkc.mat(B * rows, D),
-                        dks.mat(B * rows, blocks), rows, B, start, dsel.mat(T, k), dcnt.vec());
+    KCuda::indexer_topk(ctx, dqc.mat(T * H, D), dqs.mat(T * H, blocks), dhw.mat(T, H), hs, ds, dkc.mat(rows, D),
+                        dks.mat(rows, blocks), dpages, dsel.mat(T, k), dcnt.vec());
     const auto gsel = dsel.host(ctx);
     CHECK(dcnt.host(ctx) == cnt);
     int mismatches = 0, order = 0;
@@ -515,8 +537,10 @@ TEST_CASE("CUDA attention: sparse prefill, absorbed decode, absorb_query and pro
                             dsel.mat(S, k), dcnt.vec(), scale, dout.mat(S, H * v));
     CHECK(rel_error(dout.host(ctx), want) <= 2e-2);
 
-    // absorbed decode: B sequences of a cache of `rows` rows each
-    const std::int64_t B = 2, rows = 16;
+    // absorbed decode: B queries, each of its own sequence of `rows` positions in a scrambled paged cache
+    const std::int64_t B = 2, rows = 16, P = 4, pps = rows / P;
+    auto table = scrambled_table(B, pps);
+    std::vector<std::int32_t> seq_of = {0, 1};
     auto wkv_b = random_bf16(H * dkv * C, gen, 0.1f);
     auto qfull = random_bf16(B * H * dq, gen), cache = random_bf16(B * rows * C, gen), pec = random_bf16(B * rows * rope, gen);
     std::vector<bf16> q_lat(B * H * C), o(B * H * C), vals(B * H * v);
@@ -530,12 +554,14 @@ TEST_CASE("CUDA attention: sparse prefill, absorbed decode, absorb_query and pro
     std::vector<std::int32_t> sel2(B * 5);
     for (int i = 0; i < 10; ++i) sel2[i] = dsel2[i];
     const dsv32::MatrixView<bf16> qpe{qfull.data() + nope, B * H, rope, dq};
-    KCpu::latent_attention(cctx, hmat(q_lat, B * H, C), qpe, hmat(cache, B * rows, C), hmat(pec, B * rows, rope), rows,
+    const dsv32::CachePages<> hpages{{table.data(), B, pps, pps}, hvec(seq_of), {}, P, rows};
+    KCpu::latent_attention(cctx, hmat(q_lat, B * H, C), qpe, hmat(cache, B * rows, C), hmat(pec, B * rows, rope), hpages,
                            H, hmat(sel2, B, 5), hvec(dcnt2), scale, hmat(o, B * H, C));
-    Dev<std::int32_t> ds2(sel2), dc2(dcnt2);
+    Dev<std::int32_t> ds2(sel2), dc2(dcnt2), dtable(table), dseq(seq_of);
+    const dsv32::CachePages<Space> dpages{{dtable.p, B, pps, pps}, dseq.vec(), {}, P, rows};
     Dev<bf16> dql_cpu(q_lat);  // the CPU's absorbed queries, so that only the attention is compared
     KCuda::latent_attention(ctx, dql_cpu.mat(B * H, C), {dqf.p + nope, B * H, rope, dq}, dcache.mat(B * rows, C),
-                            dpec.mat(B * rows, rope), rows, H, ds2.mat(B, 5), dc2.vec(), scale, dox.mat(B * H, C));
+                            dpec.mat(B * rows, rope), dpages, H, ds2.mat(B, 5), dc2.vec(), scale, dox.mat(B * H, C));
     CHECK(rel_error(dox.host(ctx), o) <= 2e-2);
     KCpu::project_values(cctx, hmat(o, B * H, C), hw, H, nope, hmat(vals, B * H, v));
     Dev<bf16> do_cpu(o);

@@ -495,7 +495,7 @@ TEST_CASE("Transformer::forward: an absorbed prefill longer than one block of qu
   o.max_batch_size = 1;
   o.max_seq_len = 640;
   o.absorbed_prefill_from = 0;
-  const std::int64_t seq = 2 * dsv32::kAbsorbedPrefillRows + 37;  // three blocks of queries
+  const std::int64_t seq = 2 * dsv32::kLatentRows + 37;  // three blocks of queries
   dsv32::Transformer<TinyBf16> model(o);
   model.init_random(51);
   const auto tokens = random_tokens(static_cast<std::size_t>(seq), 52);
@@ -516,11 +516,11 @@ TEST_CASE("Transformer: the memory plan counts the absorbed prefill's scratch in
   const auto expanded = dsv32::Transformer<Config671B>::memory_plan(o);
   o.absorbed_prefill_from = 8192;
   const auto absorbed = dsv32::Transformer<Config671B>::memory_plan(o);
-  // keys: positions x 128 heads x (128 + 128) bf16 = 64 KiB per position
-  const std::size_t keys_per_position = 128 * 256 * 2;
-  const std::size_t latent = 2 * std::size_t{256} * 128 * 512 * 2;  // q_lat + o_lat, 256 tokens at a time
-  CHECK(expanded.scratch - absorbed.scratch ==
-        keys_per_position * (160 * 1024 - 8192) - (latent - 2 * std::size_t{1} * 128 * 512 * 2));
+  // per expanded position: its keys (128 heads x (128 + 128) bf16 = 64 KiB), its latent and rotated key
+  // gathered from the pages (512 + 64 bf16) and its cache row's index in the pass's metadata (an int32);
+  // the latent path's q_lat and o_lat (256 tokens at a time) are reserved either way
+  const std::size_t per_position = 128 * 256 * 2 + (512 + 64) * 2 + 4;
+  CHECK(expanded.scratch - absorbed.scratch == per_position * (160 * 1024 - 8192));
   MESSAGE("671B, 160K positions, 2048-token passes: forward scratch " << expanded.scratch / 1e9 << " GB expanded, "
                                                                       << absorbed.scratch / 1e9 << " GB with absorbed prefill from 8192");
   o.absorbed_prefill_from = -1;

@@ -90,6 +90,29 @@ struct ExpertGroupScratch {
   VectorView<std::int32_t, Space> order;     ///< [T k] each token's grouped rows in increasing expert order, -1 after
 };
 
+/// \brief Where the tokens of a ragged pass find their cached positions: a paged cache's block table
+///        and, per token (query) of the pass, its sequence and position.
+///
+/// The caches are pools of pages of `page_size` consecutive positions; sequence b's position p lives
+/// in cache row `block_table[b][p / page_size] * page_size + p % page_size` (FlashMLA's and vLLM's
+/// block table). A query of sequence b at position q sees its sequence's positions [0, q]. The
+/// rectangular caches of Transformer::forward(tokens, batch, start_pos) are the case of one page of
+/// max_seq_len positions per sequence.
+/// \tparam Space the memory space of the arrays (the backend's)
+template <class Space = Host>
+struct CachePages {
+  MatrixView<const std::int32_t, Space> block_table;  ///< [sequences, pages per sequence] page ids
+  VectorView<const std::int32_t, Space> sequence;     ///< [T] the block-table row of each query
+  VectorView<const std::int32_t, Space> position;     ///< [T] each query's position
+  std::int64_t page_size = 0;                         ///< positions per page
+  std::int64_t max_visible = 0;  ///< host-side bound: the most positions any query sees (max position + 1)
+
+  /// \brief The queries [first, first + count) with the same table.
+  constexpr CachePages rows(std::int64_t first, std::int64_t count) const noexcept {
+    return {block_table, sequence.subview(first, count), position.subview(first, count), page_size, max_visible};
+  }
+};
+
 namespace detail {
 // A backend's Kernels<Backend>::grouped_experts (false when it declares none). The CPU backend is
 // answered without naming Kernels<Cpu>: the layers' scratch is sized for Cpu (plan_memory<Cpu>()) where its

@@ -27,6 +27,7 @@ enum class ErrorKind {
   unsupported,       ///< valid input that this build cannot handle (e.g. no CUDA device)
   state,             ///< the object is not ready for the call (e.g. weights not loaded)
   out_of_memory,     ///< a memory plan larger than what the backend's memory has available
+  busy,              ///< a queue is full (the serving engine's waiting requests): retry later
 };
 
 /// \brief Name of an ErrorKind as printed in messages.
@@ -39,6 +40,7 @@ inline const char* to_string(ErrorKind k) noexcept {
     case ErrorKind::unsupported: return "unsupported";
     case ErrorKind::state: return "state";
     case ErrorKind::out_of_memory: return "out_of_memory";
+    case ErrorKind::busy: return "busy";
   }
   return "unknown";
 }

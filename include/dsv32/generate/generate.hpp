@@ -48,13 +48,16 @@ concept GenerationModel = requires(M& m, std::span<const std::int32_t> tokens, s
 
 /// \brief Why a sequence's completion ended.
 enum class FinishReason {
-  eos,             ///< the model produced eos_id (not part of the completion)
+  eos,             ///< the model produced eos_id, or one of a request's stop ids (not part of the completion)
   max_new_tokens,  ///< the completion holds max_new_tokens tokens
   max_seq_len,     ///< the model's max_seq_len was reached first
   stopped,         ///< the streaming callback returned false
+  cancelled,       ///< the serving engine's request was cancelled, or the engine stopped
+  error,           ///< the request failed (its callback threw, its logits were not finite); the others go on
 };
 
-/// \brief Name of a FinishReason as printed ("eos", "max_new_tokens", "max_seq_len", "stopped").
+/// \brief Name of a FinishReason as printed ("eos", "max_new_tokens", "max_seq_len", "stopped",
+///        "cancelled", "error").
 /// \param r the reason
 constexpr const char* to_string(FinishReason r) noexcept {
   switch (r) {
@@ -62,6 +65,8 @@ constexpr const char* to_string(FinishReason r) noexcept {
     case FinishReason::max_new_tokens: return "max_new_tokens";
     case FinishReason::max_seq_len: return "max_seq_len";
     case FinishReason::stopped: return "stopped";
+    case FinishReason::cancelled: return "cancelled";
+    case FinishReason::error: return "error";
   }
   return "unknown";
 }

@@ -69,13 +69,14 @@ class Block {
   /// \param first    whether this is the first block (no residual yet)
   /// \param rope     the model's RoPE table
   /// \param s        scratch shared by all blocks
-  /// \param ffn_last_only run the feed-forward only on the last position of each sequence (rows
-  ///        `seq - 1`, `2 seq - 1`, ... of h; the other rows of h are left as they were): what the
-  ///        last block needs when only the last position's logits are returned. The attention (and
-  ///        its caches) still runs on every position; the rows it computes are bit for bit those of
-  ///        the full FFN (each row's FFN depends on that row only).
+  /// \param ffn_rows when not empty, the feed-forward runs only on these rows of h (increasing; the
+  ///        other rows of h are left as they were): what the last block needs when only the last
+  ///        position of each sequence reaches the logits. The attention (and its caches) still runs
+  ///        on every row; the rows computed are bit for bit those of the full FFN (each row's FFN
+  ///        depends on that row only).
   void forward(ForwardContext<Backend>& ctx, MatrixView<bf16, space> h, MatrixView<bf16, space> residual, bool first,
-               const RopeTable<Backend>& rope, BlockScratch<Backend>& s, bool ffn_last_only = false) {
+               const RopeTable<Backend>& rope, BlockScratch<Backend>& s,
+               VectorView<const std::int32_t, space> ffn_rows = {}) {
     ctx.layer = layer_id_;
     s.x.resize(Shape{h.rows, Config::dim});
     s.attn.resize(Shape{h.rows, Config::dim});
@@ -90,17 +91,14 @@ class Block {
       with_host_view(ctx, MatrixView<const bf16, space>(s.attn.mat()),
                      [&](MatrixView<const bf16> a) { ctx.observer->on_attention(layer_id_, a); });
     ffn_norm_.forward(ctx, s.attn.mat(), residual, s.x.mat());
-    if (ffn_last_only && ctx.seq > 1) {
-      // the last rows of x moved to rows [0, batch) (row b <- row b seq + seq - 1, never the same
-      // row, increasing b reads each source before it is overwritten), the FFN on those, its
-      // outputs (in attn, free once ffn_norm has read it) copied to the last rows of h
-      const std::size_t row_bytes = static_cast<std::size_t>(Config::dim) * sizeof(bf16);
-      const std::int64_t last = ctx.seq - 1;
-      for (std::int64_t b = 0; b < ctx.batch; ++b)
-        Memory<Backend>::copy_async(*ctx.exec, s.x.mat().row(b), s.x.mat().row(b * ctx.seq + last), row_bytes);
-      ffn(ctx, s.x.mat().middle_rows(0, ctx.batch), s, s.attn.mat().middle_rows(0, ctx.batch));
-      for (std::int64_t b = 0; b < ctx.batch; ++b)
-        Memory<Backend>::copy_async(*ctx.exec, h.row(b * ctx.seq + last), s.attn.mat().row(b), row_bytes);
+    if (!ffn_rows.empty() && ffn_rows.size < h.rows) {
+      // the rows gathered into attn (free once ffn_norm has read it), the FFN on those into x (free
+      // once gathered), its outputs written back to their rows of h
+      using K = Kernels<Backend>;
+      const std::int64_t n = ffn_rows.size;
+      K::gather_rows(*ctx.exec, s.x.mat(), ffn_rows, s.attn.mat().middle_rows(0, n));
+      ffn(ctx, s.attn.mat().middle_rows(0, n), s, s.x.mat().middle_rows(0, n));
+      K::scatter_rows(*ctx.exec, MatrixView<const bf16, space>(s.x.mat().middle_rows(0, n)), ffn_rows, h);
     } else {
       ffn(ctx, s.x.mat(), s, h);
     }
@@ -113,10 +111,9 @@ class Block {
 
   /// \brief Whether the FFN is an MoE (layer_id >= n_dense_layers).
   bool is_moe() const noexcept { return moe_.has_value(); }
-  /// \brief Allocates the attention's zero-filled caches for the runtime limits and, on a backend
-  ///        that runs grouped experts, the MoE's expert table (the weights are bound by then).
-  void allocate_caches(const RuntimeOptions& o) {
-    attn_.allocate_caches(o);
+  /// \brief On a backend that runs grouped experts, writes the MoE's expert table (the weights are
+  ///        bound by then); nothing otherwise.
+  void prepare() {
     if (moe_) moe_->prepare_experts();
   }
 

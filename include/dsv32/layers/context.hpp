@@ -2,15 +2,19 @@
 /// \brief What one forward call passes down the layers, and the observer that can watch it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <type_traits>
 #include <vector>
 
 #include "dsv32/backend/backend.hpp"
+#include "dsv32/backend/kernel_args.hpp"
+#include "dsv32/config/runtime_options.hpp"
 #include "dsv32/core/numeric.hpp"
 #include "dsv32/core/parallel.hpp"
 #include "dsv32/core/tensor.hpp"
+#include "dsv32/layers/kv_cache.hpp"
 
 namespace dsv32 {
 
@@ -48,15 +52,72 @@ class ForwardObserver {
   }
 };
 
-/// \brief The state of one forward call shared by all layers.
+/// \brief The most a forward pass computes at once, which sizes every scratch buffer.
+struct ForwardLimits {
+  std::int64_t batch = 1;      ///< sequences per pass (max_batch_size; the engine's running requests)
+  std::int64_t seq = 1;        ///< tokens per sequence per pass (max_tokens_per_call)
+  std::int64_t positions = 1;  ///< positions per sequence (max_seq_len)
+  int world_size = 1;          ///< model-parallel ranks (local head and hidden counts)
+  std::int64_t absorbed_from = 0;  ///< RuntimeOptions::absorbed_prefill_from
+  std::int64_t max_tokens = 0;     ///< tokens per pass, all sequences together (0: batch * seq)
+  std::int64_t page_size = 0;      ///< cache positions per page (0: positions, one page per sequence)
+
+  /// \brief Rows of a pass's activations: max_tokens, or batch * seq.
+  constexpr std::int64_t tokens() const {
+    const std::int64_t all = elements(batch, seq);
+    return max_tokens > 0 && max_tokens < all ? max_tokens : all;
+  }
+  /// \brief Block-table columns: pages of one sequence.
+  constexpr std::int64_t pages_per_sequence() const {
+    const std::int64_t p = page_size > 0 ? page_size : positions;
+    return (positions + p - 1) / p;
+  }
+  /// \brief The limits of a model with these options on `world` ranks.
+  static ForwardLimits of(const RuntimeOptions& o, int world = 1) {
+    return ForwardLimits{o.max_batch_size, o.tokens_per_call(), o.max_seq_len, world, o.absorbed_prefill_from, 0, 0};
+  }
+  /// \brief The largest of two limits, field by field (scratch that serves both).
+  static ForwardLimits max(const ForwardLimits& a, const ForwardLimits& b) {
+    ForwardLimits m = a;
+    m.batch = std::max(a.batch, b.batch);
+    m.seq = std::max(a.seq, b.seq);
+    m.positions = std::max(a.positions, b.positions);
+    m.max_tokens = std::max(a.tokens(), b.tokens());
+    m.page_size = std::min(a.page_size > 0 ? a.page_size : a.positions, b.page_size > 0 ? b.page_size : b.positions);
+    return m;
+  }
+};
+
+/// \brief One sequence's part of a pass, as the layers see it (host side).
+struct PassSequence {
+  std::int64_t row = 0;        ///< its first row in the pass's activations
+  std::int64_t tokens = 0;     ///< its rows: tokens at positions [start_pos, start_pos + tokens)
+  std::int64_t start_pos = 0;  ///< position of its first token
+  /// Attends through keys and values expanded by wkv_b (the reference's prefill arithmetic) rather
+  /// than in the latent space (its decode arithmetic).
+  bool expanded = false;
+  /// Its first page when its pages [0, end) are consecutive in the pool (its cache rows are then
+  /// rows [first_page * page_size, ...) of the pool, read in place), else -1.
+  std::int64_t first_page = -1;
+  std::int64_t gather = 0;     ///< expanded and not consecutive: its cache rows at gather rows [gather, gather + end)
+
+  /// \brief One past its last position.
+  std::int64_t end_pos() const noexcept { return start_pos + tokens; }
+};
+
+/// \brief The state of one forward pass shared by all layers: the ragged layout of its sequences,
+///        where their caches are, and the model's rank, communicator and context.
 /// \tparam Backend backend tag
 template <class Backend>
 struct ForwardContext {
   using space = space_of<Backend>;  ///< the memory space of the call's activations
 
-  std::int64_t batch = 1;      ///< sequences in the call
-  std::int64_t seq = 1;        ///< tokens per sequence in the call
-  std::int64_t start_pos = 0;  ///< position of the call's first token
+  std::span<const PassSequence> sequences;  ///< the pass's sequences, rows in order, packed without padding
+  std::int64_t rows = 0;                    ///< activations rows: every sequence's tokens
+  KvCache<Backend>* cache = nullptr;        ///< the caches the pass reads and writes
+  CachePages<space> pages;                  ///< every row's sequence and position, the block table
+  VectorView<const std::int32_t, space> slots;   ///< [rows] the cache row each token is written to
+  VectorView<const std::int32_t, space> gather;  ///< cache rows of the expanded sequences that are not consecutive
   int layer = 0;               ///< index of the block running
   Parallel parallel;           ///< the model's rank
   Communicator<Backend>* comm = nullptr;    ///< the model's communicator (null with one rank)
@@ -64,12 +125,12 @@ struct ForwardContext {
   ExecutionContext<Backend>* exec = nullptr;  ///< the model's execution context, for every kernel call
   Tensor<float, Backend>* reduce = nullptr;   ///< f32 scratch of row-parallel reductions ([tokens, dim] reserved)
 
-  /// \brief Rows of the call's activations: batch * seq.
-  std::int64_t tokens() const noexcept { return batch * seq; }
-  /// \brief One past the last position of the call: start_pos + seq.
-  std::int64_t end_pos() const noexcept { return start_pos + seq; }
-  /// The reference takes its prefill path (keys and values from wkv_b) for calls of more than one token.
-  bool prefill() const noexcept { return seq > 1; }
+  /// \brief Rows of the pass's activations.
+  std::int64_t tokens() const noexcept { return rows; }
+  /// \brief Sequences in the pass.
+  std::int64_t batch() const noexcept { return static_cast<std::int64_t>(sequences.size()); }
+  /// \brief Layer `layer`'s caches.
+  LayerCache<Backend>& layer_cache() const noexcept { return cache->layer(layer); }
 
   /// \brief Sum over ranks in place; free with one rank.
   template <class T>

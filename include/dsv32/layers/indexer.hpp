@@ -18,22 +18,6 @@ namespace dsv32 {
 /// \addtogroup layers
 /// @{
 
-/// \brief The most a forward pass computes at once, which sizes every scratch buffer.
-struct ForwardLimits {
-  std::int64_t batch = 1;      ///< sequences per call (max_batch_size)
-  std::int64_t seq = 1;        ///< tokens per sequence per pass (max_tokens_per_call)
-  std::int64_t positions = 1;  ///< positions per sequence (max_seq_len)
-  int world_size = 1;          ///< model-parallel ranks (local head and hidden counts)
-  std::int64_t absorbed_from = 0;  ///< RuntimeOptions::absorbed_prefill_from
-
-  /// \brief Rows of a pass's activations: batch * seq.
-  constexpr std::int64_t tokens() const { return elements(batch, seq); }
-  /// \brief The limits of a model with these options on `world` ranks.
-  static ForwardLimits of(const RuntimeOptions& o, int world = 1) {
-    return ForwardLimits{o.max_batch_size, o.tokens_per_call(), o.max_seq_len, world, o.absorbed_prefill_from};
-  }
-};
-
 /// \brief The indexer's selection of one forward call: per query, positions highest score first.
 template <class Backend>
 struct IndexerSelection {
@@ -49,6 +33,8 @@ struct IndexerScratch {
   Tensor<bf16, Backend> w;                ///< [T, H] weights_proj(x)
   Tensor<std::uint8_t, Backend> q_codes;  ///< [T * H, D] E4M3 codes of q
   Tensor<float, Backend> q_scale;         ///< [T * H, D / 128] f32 scales of q
+  Tensor<std::uint8_t, Backend> k_codes;  ///< [T, D] E4M3 codes of this pass's keys, before they go to the cache
+  Tensor<float, Backend> k_scale;         ///< [T, D / 128] their f32 scales
   IndexerSelection<Backend> selection;    ///< the picks of the layer running
 
   /// \brief Calls `r(tensor, elements)` with each buffer's largest size under `l`.
@@ -60,16 +46,12 @@ struct IndexerScratch {
     r(w, elements(T, H));
     r(q_codes, elements(T, H, D));
     r(q_scale, elements(T, H, D / kBlockSize));
+    r(k_codes, elements(T, D));
+    r(k_scale, elements(T, D / kBlockSize));
     r(selection.positions, elements(T, a.index_topk));
     r(selection.count, T);
   }
 };
-
-/// \brief Cache bytes per (sequence, position) of one layer's indexer: index_head_dim E4M3 codes and
-///        index_head_dim / 128 f32 scales.
-constexpr std::size_t indexer_cache_bytes_per_token(const ModelArgs& a) {
-  return static_cast<std::size_t>(a.index_head_dim + a.index_head_dim / kBlockSize * 4);
-}
 
 /// \brief The lightning indexer of one layer (replicated on every rank, as in the reference).
 ///
@@ -95,57 +77,46 @@ class Indexer {
         k_norm_(store, module + ".k_norm"),
         weights_proj_(store, module + ".weights_proj") {}
 
-  /// \brief Cache bytes per (sequence, position): D E4M3 codes and D / 128 f32 scales.
-  static constexpr std::size_t cache_bytes_per_token = indexer_cache_bytes_per_token(ModelArgs::of<Config>());
-
-  /// \brief Allocates the zero-filled FP8 key cache for the runtime limits.
-  void allocate_caches(const RuntimeOptions& o) {
-    k_cache_ = Tensor<std::uint8_t, Backend>(Shape{o.max_batch_size * o.max_seq_len, D});
-    k_scale_cache_ = Tensor<float, Backend>(Shape{o.max_batch_size * o.max_seq_len, kBlocks});
-    cache_rows_ = o.max_seq_len;
-  }
-
-  /// \brief Selects the positions every query of the call attends to, writing this call's keys into
-  ///        the cache first.
-  /// \param ctx  the call
-  /// \param x    [batch * seq, dim] the block's normalized input
-  /// \param qr   [batch * seq, q_lora_rank] MLA's normalized q latent
+  /// \brief Selects the positions every query of the pass attends to, writing the pass's keys into
+  ///        the layer's cache first (ctx.layer_cache(), at ctx.slots).
+  /// \param ctx  the pass
+  /// \param x    [T, dim] the block's normalized input
+  /// \param qr   [T, q_lora_rank] MLA's normalized q latent
   /// \param rope the model's RoPE table
-  /// \param s    scratch shared by all layers; s.selection receives the picks, [batch * seq, index_topk]
+  /// \param s    scratch shared by all layers; s.selection receives the picks, [T, index_topk]
   void forward(const ForwardContext<Backend>& ctx, MatrixView<const bf16, space> x, MatrixView<const bf16, space> qr,
                const RopeTable<Backend>& rope, IndexerScratch<Backend>& s) {
     using K = Kernels<Backend>;
     auto& exec = *ctx.exec;
-    const std::int64_t T = ctx.tokens(), S = ctx.seq;
+    const std::int64_t T = ctx.tokens();
+    const VectorView<const std::int32_t, space> positions = ctx.pages.position;
     s.q.resize(Shape{T, H * D});  // [T, H, D]
     s.k.resize(Shape{T, D});
     s.w.resize(Shape{T, H});
     wq_b_.forward(ctx, qr, s.q.mat());
     const MatrixView<bf16, space> q_heads(s.q.data(), T * H, D, D);  // [T * H, D]
-    K::rope(exec, q_heads.middle_cols(0, R), H, S, ctx.start_pos, rope.cos(), rope.sin(),
-            Config::indexer_rope_interleaved);
+    K::rope(exec, q_heads.middle_cols(0, R), H, positions, rope.cos(), rope.sin(), Config::indexer_rope_interleaved);
     K::hadamard(exec, q_heads);
     wk_.forward(ctx, x, s.k.mat());
     k_norm_.forward(ctx, s.k.mat(), s.k.mat());
-    K::rope(exec, s.k.mat().middle_cols(0, R), 1, S, ctx.start_pos, rope.cos(), rope.sin(),
-            Config::indexer_rope_interleaved);
+    K::rope(exec, s.k.mat().middle_cols(0, R), 1, positions, rope.cos(), rope.sin(), Config::indexer_rope_interleaved);
     K::hadamard(exec, s.k.mat());
 
     s.q_codes.resize(Shape{T * H, D});
     s.q_scale.resize(Shape{T * H, kBlocks});
     K::act_quant(exec, q_heads, Config::scale_fmt, s.q_codes.mat(), s.q_scale.mat());
-    for (std::int64_t b = 0; b < ctx.batch; ++b) {  // this call's keys into the FP8 cache
-      const std::int64_t row = b * cache_rows_ + ctx.start_pos;
-      K::act_quant(exec, s.k.mat().middle_rows(b * S, S), Config::scale_fmt, k_cache_.mat().middle_rows(row, S),
-                   k_scale_cache_.mat().middle_rows(row, S));
-    }
+    s.k_codes.resize(Shape{T, D});  // this pass's keys into the FP8 cache
+    s.k_scale.resize(Shape{T, kBlocks});
+    K::act_quant(exec, s.k.mat(), Config::scale_fmt, s.k_codes.mat(), s.k_scale.mat());
+    LayerCache<Backend>& cache = ctx.layer_cache();
+    K::scatter_rows(exec, MatrixView<const std::uint8_t, space>(s.k_codes.mat()), ctx.slots, cache.index_keys.mat());
+    K::scatter_rows(exec, MatrixView<const float, space>(s.k_scale.mat()), ctx.slots, cache.index_scales.mat());
 
     weights_proj_.forward(ctx, x, s.w.mat());
     s.selection.positions.resize(Shape{T, Config::index_topk});
     s.selection.count.resize(Shape{T});
-    K::indexer_topk(exec, s.q_codes.mat(), s.q_scale.mat(), s.w.mat(), kHeadScale, kDimScale, k_cache_.mat(),
-                    k_scale_cache_.mat(), cache_rows_, ctx.batch, ctx.start_pos, s.selection.positions.mat(),
-                    s.selection.count.vec());
+    K::indexer_topk(exec, s.q_codes.mat(), s.q_scale.mat(), s.w.mat(), kHeadScale, kDimScale, cache.index_keys.mat(),
+                    cache.index_scales.mat(), ctx.pages, s.selection.positions.mat(), s.selection.count.vec());
   }
 
  private:
@@ -155,9 +126,6 @@ class Indexer {
   Linear<Backend> wq_b_, wk_;
   LayerNorm<Backend> k_norm_;
   Linear<Backend> weights_proj_;
-  Tensor<std::uint8_t, Backend> k_cache_;  // [max_batch * max_seq, D] E4M3 codes
-  Tensor<float, Backend> k_scale_cache_;   // [max_batch * max_seq, D / 128]
-  std::int64_t cache_rows_ = 0;            // rows per sequence: max_seq_len
 };
 
 /// @}

@@ -21,9 +21,9 @@ namespace dsv32 {
 /// \addtogroup layers
 /// @{
 
-/// \brief Queries of one sequence an absorbed prefill takes at a time (bounds its scratch to this many
-///        tokens' latent queries and outputs, whatever the pass length).
-inline constexpr std::int64_t kAbsorbedPrefillRows = 256;
+/// \brief Tokens the latent (absorbed) path takes at a time, whatever their sequences (bounds its
+///        scratch to this many tokens' latent queries and outputs, whatever the pass length).
+inline constexpr std::int64_t kLatentRows = 256;
 
 /// \brief MLA's per-call temporaries (shared by all layers).
 template <class Backend>
@@ -32,8 +32,10 @@ struct MlaScratch {
   Tensor<bf16, Backend> q;        ///< [T, H, nope + rope] queries, q_pe rotated
   Tensor<bf16, Backend> kv_a;     ///< [T, kv_lora_rank + rope]: normalized latent and rotated key
   Tensor<bf16, Backend> keys;     ///< expanded prefill: [end_pos, H, nope + v] wkv_b applied to the cached latents
-  Tensor<bf16, Backend> q_lat;    ///< decode and absorbed prefill: [T, H, kv_lora_rank] absorbed queries
-  Tensor<bf16, Backend> o_lat;    ///< decode and absorbed prefill: [T, H, kv_lora_rank] latent attention output
+  Tensor<bf16, Backend> latents;  ///< expanded prefill of a sequence whose pages are not consecutive: [end_pos, C] its cached latents
+  Tensor<bf16, Backend> key_pe;   ///< ... and [end_pos, rope] its cached rotated keys
+  Tensor<bf16, Backend> q_lat;    ///< latent path: [rows, H, kv_lora_rank] absorbed queries (kLatentRows at a time)
+  Tensor<bf16, Backend> o_lat;    ///< latent path: [rows, H, kv_lora_rank] latent attention output
   Tensor<bf16, Backend> o;        ///< [T, H, v] attention output before wo
   IndexerScratch<Backend> indexer;  ///< the indexer's temporaries and picks
 
@@ -45,24 +47,19 @@ struct MlaScratch {
     r(q_a, elements(T, a.q_lora_rank));
     r(q, elements(T, H, qk));
     r(kv_a, elements(T, C + a.qk_rope_head_dim));
-    // expanded prefill: passes ending at or before absorbed_from; absorbed: every pass's tokens
-    const std::int64_t expanded_end = std::min(l.positions, l.absorbed_from);
-    const bool absorbed_prefill = l.seq > 1 && l.positions > l.absorbed_from;
-    const std::int64_t latent_rows = absorbed_prefill ? std::max(l.batch, std::min(l.seq, kAbsorbedPrefillRows)) : l.batch;
-    r(keys, l.seq > 1 ? elements(expanded_end, H, a.qk_nope_head_dim + a.v_head_dim) : 0);
+    // expanded prefill: passes of more than one token ending at or before absorbed_from; the latent
+    // path: every other token, kLatentRows at a time
+    const std::int64_t expanded_end = l.seq > 1 ? std::min(l.positions, l.absorbed_from) : 0;
+    const std::int64_t latent_rows = std::min(T, kLatentRows);
+    r(keys, elements(expanded_end, H, a.qk_nope_head_dim + a.v_head_dim));
+    r(latents, elements(expanded_end, C));
+    r(key_pe, elements(expanded_end, a.qk_rope_head_dim));
     r(q_lat, elements(latent_rows, H, C));
     r(o_lat, elements(latent_rows, H, C));
     r(o, elements(T, H, a.v_head_dim));
     indexer.reserve(r, a, l);
   }
 };
-
-/// \brief Cache bytes per (sequence, position) of one layer: the bf16 latent and rotated key, and the
-///        indexer's FP8 keys with their scales.
-constexpr std::size_t mla_cache_bytes_per_token(const ModelArgs& a) {
-  return static_cast<std::size_t>(a.kv_lora_rank + a.qk_rope_head_dim) * sizeof(bf16) +
-         indexer_cache_bytes_per_token(a);
-}
 
 /// \brief Multi-head Latent Attention of one layer, heads split over ranks.
 ///
@@ -98,32 +95,23 @@ class MLA {
         wo_(store, module + ".wo", Config::scale_fmt),
         indexer_(store, module + ".indexer"),
         n_local_heads_(wq_b_.out_features() / kQk),
-        softmax_scale_(mla_softmax_scale(kQk, o)),
-        absorbed_from_(o.absorbed_prefill_from) {}
+        softmax_scale_(mla_softmax_scale(kQk, o)) {}
 
-  /// \brief Cache bytes per (sequence, position): the bf16 latent and rotated key, and the indexer's keys.
-  static constexpr std::size_t cache_bytes_per_token = mla_cache_bytes_per_token(ModelArgs::of<Config>());
-
-  /// \brief Allocates the zero-filled caches for the runtime limits.
-  void allocate_caches(const RuntimeOptions& o) {
-    kv_cache_ = Tensor<bf16, Backend>(Shape{o.max_batch_size * o.max_seq_len, kC});
-    pe_cache_ = Tensor<bf16, Backend>(Shape{o.max_batch_size * o.max_seq_len, kRope});
-    cache_rows_ = o.max_seq_len;
-    indexer_.allocate_caches(o);
-  }
-
-  /// \brief Writes this call's latents and rotated keys into the caches, runs the indexer, and
-  ///        attends: prefill path for calls of more than one token, absorbed decode path otherwise.
-  /// \param ctx  the call; its positions must follow what each sequence has cached
-  /// \param x    [batch * seq, dim] normalized block input
+  /// \brief Writes the pass's latents and rotated keys into the layer's cache (ctx.layer_cache(), at
+  ///        ctx.slots), runs the indexer, and attends: the sequences marked `expanded` through keys and
+  ///        values expanded by wkv_b (the reference's prefill), every other token in the latent space
+  ///        (the reference's decode: wkv_b absorbed into the query and the output).
+  /// \param ctx  the pass; each sequence's positions must follow what its cache holds
+  /// \param x    [T, dim] normalized block input
   /// \param rope the model's RoPE table
   /// \param s    scratch shared by all layers
-  /// \param out  [batch * seq, dim], reduced over ranks
+  /// \param out  [T, dim], reduced over ranks
   void forward(const ForwardContext<Backend>& ctx, MatrixView<const bf16, space> x, const RopeTable<Backend>& rope,
                MlaScratch<Backend>& s, MatrixView<bf16, space> out) {
     using K = Kernels<Backend>;
     auto& exec = *ctx.exec;
-    const std::int64_t T = ctx.tokens(), S = ctx.seq, H = n_local_heads_;
+    const std::int64_t T = ctx.tokens(), H = n_local_heads_;
+    const VectorView<const std::int32_t, space> positions = ctx.pages.position;
     s.q_a.resize(Shape{T, Config::q_lora_rank});
     s.q.resize(Shape{T, H * kQk});  // [T, H, nope + rope]
     s.kv_a.resize(Shape{T, kC + kRope});
@@ -131,65 +119,64 @@ class MLA {
     q_norm_.forward(ctx, s.q_a.mat(), s.q_a.mat());  // q_a now holds qr, the normalized q latent
     wq_b_.forward(ctx, s.q_a.mat(), s.q.mat());
     const MatrixView<bf16, space> q_heads(s.q.data(), T * H, kQk, kQk);  // [T * H, nope + rope]
-    K::rope(exec, q_heads.middle_cols(kNope, kRope), H, S, ctx.start_pos, rope.cos(), rope.sin(), true);
+    K::rope(exec, q_heads.middle_cols(kNope, kRope), H, positions, rope.cos(), rope.sin(), true);
     wkv_a_.forward(ctx, x, s.kv_a.mat());
     const MatrixView<bf16, space> kv_a = s.kv_a.mat();
     kv_norm_.forward(ctx, kv_a.middle_cols(0, kC), kv_a.middle_cols(0, kC));
-    K::rope(exec, kv_a.middle_cols(kC, kRope), 1, S, ctx.start_pos, rope.cos(), rope.sin(), true);
-    for (std::int64_t b = 0; b < ctx.batch; ++b) {  // this call's latents and rotated keys into the caches
-      const std::int64_t row = b * cache_rows_ + ctx.start_pos;
-      const bf16* src = kv_a.row(b * S);
-      constexpr std::size_t pitch = (kC + kRope) * sizeof(bf16);
-      Memory<Backend>::copy_rows_async(exec, kv_cache_.mat().row(row), kC * sizeof(bf16), src, pitch, S,
-                                       kC * sizeof(bf16));
-      Memory<Backend>::copy_rows_async(exec, pe_cache_.mat().row(row), kRope * sizeof(bf16), src + kC, pitch, S,
-                                       kRope * sizeof(bf16));
-    }
+    K::rope(exec, kv_a.middle_cols(kC, kRope), 1, positions, rope.cos(), rope.sin(), true);
+    LayerCache<Backend>& cache = ctx.layer_cache();  // this pass's latents and rotated keys into the caches
+    K::scatter_rows(exec, MatrixView<const bf16, space>(kv_a.middle_cols(0, kC)), ctx.slots, cache.latent.mat());
+    K::scatter_rows(exec, MatrixView<const bf16, space>(kv_a.middle_cols(kC, kRope)), ctx.slots, cache.rope.mat());
 
     indexer_.forward(ctx, x, s.q_a.mat(), rope, s.indexer);
     const IndexerSelection<Backend>& sel = s.indexer.selection;
     if (ctx.observer) report_selection(ctx, sel);
 
     s.o.resize(Shape{T, H * kV});
-    const MatrixView<const bf16, space> kv_cache = kv_cache_.mat(), pe_cache = pe_cache_.mat();
-    if (ctx.prefill() && ctx.end_pos() > absorbed_from_) {
-      // absorbed prefill: each sequence's queries, kAbsorbedPrefillRows at a time, attend as decode
-      // queries do, all to that sequence's cache rows (cache_rows 0: every query reads the same rows)
-      const auto w = wkv_b_.view();
-      const std::int64_t end = ctx.end_pos();
-      for (std::int64_t b = 0; b < ctx.batch; ++b)
-        for (std::int64_t t0 = 0; t0 < S; t0 += kAbsorbedPrefillRows) {
-          const std::int64_t n = std::min(kAbsorbedPrefillRows, S - t0), first = b * S + t0;
-          s.q_lat.resize(Shape{n * H, kC});
-          s.o_lat.resize(Shape{n * H, kC});
-          const MatrixView<bf16, space> q_rows = q_heads.middle_rows(first * H, n * H);
-          K::absorb_query(exec, q_rows, w, H, kNope, kV, s.q_lat.mat());
-          K::latent_attention(exec, s.q_lat.mat(), q_rows.middle_cols(kNope, kRope),
-                              kv_cache.middle_rows(b * cache_rows_, end), pe_cache.middle_rows(b * cache_rows_, end), 0, H,
-                              sel.positions.mat().middle_rows(first, n), sel.count.vec().subview(first, n),
-                              softmax_scale_, s.o_lat.mat());
-          K::project_values(exec, s.o_lat.mat(), w, H, kNope,
-                            MatrixView<bf16, space>(s.o.data() + first * H * kV, n * H, kV, kV));
-        }
-    } else if (ctx.prefill()) {
-      const std::int64_t end = ctx.end_pos();
-      s.keys.resize(Shape{end, H * (kNope + kV)});  // [end, H, nope + v]
-      for (std::int64_t b = 0; b < ctx.batch; ++b) {
-        const std::int64_t row = b * cache_rows_;
-        wkv_b_.forward(ctx, kv_cache.middle_rows(row, end), s.keys.mat());
-        K::sparse_attention(exec, s.q.mat().middle_rows(b * S, S), s.keys.mat(), pe_cache.middle_rows(row, end), H,
-                            kNope, kV, sel.positions.mat().middle_rows(b * S, S), sel.count.vec().subview(b * S, S),
-                            softmax_scale_, s.o.mat().middle_rows(b * S, S));
+    const MatrixView<const bf16, space> latent = cache.latent.mat(), key_pe = cache.rope.mat();
+    const auto w = wkv_b_.view();
+    const std::int64_t P = ctx.cache->page_size();
+    // the latent path on runs of consecutive rows of sequences that are not expanded, kLatentRows at a time
+    auto attend_latent = [&](std::int64_t r0, std::int64_t r1) {
+      for (std::int64_t first = r0; first < r1; first += kLatentRows) {
+        const std::int64_t n = std::min(kLatentRows, r1 - first);
+        s.q_lat.resize(Shape{n * H, kC});
+        s.o_lat.resize(Shape{n * H, kC});
+        const MatrixView<bf16, space> q_rows = q_heads.middle_rows(first * H, n * H);
+        K::absorb_query(exec, q_rows, w, H, kNope, kV, s.q_lat.mat());
+        K::latent_attention(exec, s.q_lat.mat(), q_rows.middle_cols(kNope, kRope), latent, key_pe,
+                            ctx.pages.rows(first, n), H, sel.positions.mat().middle_rows(first, n),
+                            sel.count.vec().subview(first, n), softmax_scale_, s.o_lat.mat());
+        K::project_values(exec, s.o_lat.mat(), w, H, kNope,
+                          MatrixView<bf16, space>(s.o.data() + first * H * kV, n * H, kV, kV));
       }
-    } else {  // one token per sequence: T == batch
-      s.q_lat.resize(Shape{T * H, kC});
-      s.o_lat.resize(Shape{T * H, kC});
-      const auto w = wkv_b_.view();
-      K::absorb_query(exec, q_heads, w, H, kNope, kV, s.q_lat.mat());
-      K::latent_attention(exec, s.q_lat.mat(), q_heads.middle_cols(kNope, kRope), kv_cache, pe_cache, cache_rows_, H,
-                          sel.positions.mat(), sel.count.vec(), softmax_scale_, s.o_lat.mat());
-      K::project_values(exec, s.o_lat.mat(), w, H, kNope, MatrixView<bf16, space>(s.o.data(), T * H, kV, kV));
+    };
+    std::int64_t run = 0;  // first row of the current run of latent rows
+    for (const PassSequence& q : ctx.sequences) {
+      if (!q.expanded) continue;
+      attend_latent(run, q.row);
+      run = q.row + q.tokens;
+      // the expanded path: wkv_b over every cached latent of the sequence, then attention on the keys
+      const std::int64_t end = q.end_pos();
+      MatrixView<const bf16, space> lat, pe;
+      if (q.first_page >= 0) {
+        lat = latent.middle_rows(q.first_page * P, end);
+        pe = key_pe.middle_rows(q.first_page * P, end);
+      } else {
+        s.latents.resize(Shape{end, kC});
+        s.key_pe.resize(Shape{end, kRope});
+        K::gather_rows(exec, latent, ctx.gather.subview(q.gather, end), s.latents.mat());
+        K::gather_rows(exec, key_pe, ctx.gather.subview(q.gather, end), s.key_pe.mat());
+        lat = s.latents.mat();
+        pe = s.key_pe.mat();
+      }
+      s.keys.resize(Shape{end, H * (kNope + kV)});  // [end, H, nope + v]
+      wkv_b_.forward(ctx, lat, s.keys.mat());
+      K::sparse_attention(exec, s.q.mat().middle_rows(q.row, q.tokens), s.keys.mat(), pe, H, kNope, kV,
+                          sel.positions.mat().middle_rows(q.row, q.tokens), sel.count.vec().subview(q.row, q.tokens),
+                          softmax_scale_, s.o.mat().middle_rows(q.row, q.tokens));
     }
+    attend_latent(run, T);
     wo_.forward(ctx, s.o.mat(), out);
   }
 
@@ -201,9 +188,13 @@ class MLA {
   void report_selection(const ForwardContext<Backend>& ctx, const IndexerSelection<Backend>& sel) const {
     with_host_view(ctx, sel.positions.mat(), [&](MatrixView<const std::int32_t> pos) {
       with_host_view(ctx, sel.count.mat(), [&](MatrixView<const std::int32_t> count) {
-        for (std::int64_t t = 0; t < pos.rows; ++t)
-          ctx.observer->on_indexer_topk(ctx.layer, t / ctx.seq, t % ctx.seq,
-                                        std::span<const std::int32_t>(pos.row(t), static_cast<std::size_t>(count.data[t])));
+        for (std::int64_t b = 0; b < ctx.batch(); ++b) {
+          const PassSequence& q = ctx.sequences[static_cast<std::size_t>(b)];
+          for (std::int64_t t = 0; t < q.tokens; ++t)
+            ctx.observer->on_indexer_topk(
+                ctx.layer, b, t,
+                std::span<const std::int32_t>(pos.row(q.row + t), static_cast<std::size_t>(count.data[q.row + t])));
+        }
       });
     });
   }
@@ -216,10 +207,6 @@ class MLA {
   Indexer<Config, Backend> indexer_;
   std::int64_t n_local_heads_ = Config::n_heads;
   float softmax_scale_ = 1.0f;
-  std::int64_t absorbed_from_ = 0;  // RuntimeOptions::absorbed_prefill_from
-  Tensor<bf16, Backend> kv_cache_;  // [max_batch * max_seq, kv_lora_rank]
-  Tensor<bf16, Backend> pe_cache_;  // [max_batch * max_seq, qk_rope_head_dim]
-  std::int64_t cache_rows_ = 0;     // rows per sequence: max_seq_len
 };
 
 /// @}

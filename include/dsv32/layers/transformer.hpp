@@ -69,6 +69,24 @@ struct ForwardOptions {
   ///        same bit for bit and a prefill does about a third less work on the 671B slice (1/61 on the
   ///        full model). Always on with all_positions or an observer (which see every row).
   bool full_last_block = false;
+  /// \brief Every token attends in the latent space, as a decode step does (wkv_b absorbed into the
+  ///        query and the output), prompts included. A token's result then does not depend on how its
+  ///        sequence's prompt is split into passes nor on what else the pass holds: the serving engine
+  ///        runs this way. By default (false) a pass of more than one token of a sequence ending at or
+  ///        before RuntimeOptions::absorbed_prefill_from expands keys and values through wkv_b, as the
+  ///        reference's prefill does (its rounding; what the golden prefills reproduce exactly).
+  bool latent_prefill = false;
+};
+
+/// \brief One sequence of a ragged forward pass: its tokens, where they sit, where its cache is.
+struct SequenceSlice {
+  std::span<const std::int32_t> tokens;  ///< this pass's tokens of the sequence (>= 1)
+  std::int64_t start_pos = 0;            ///< position of tokens[0]: positions [0, start_pos) must be in its cache
+  /// Its block table: the cache pages holding positions [0, start_pos + tokens.size()), in position
+  /// order (at least that many pages of the cache's page_size). Pages written by this pass (those
+  /// holding the new positions) must belong to no other sequence of the pass.
+  std::span<const std::int32_t> pages;
+  bool logits = true;  ///< return logits at its last token (or every token, ForwardOptions::all_positions)
 };
 
 /// \brief One parameter as listed by Transformer::tensors(): checkpoint name, dtype, local shape.
@@ -115,7 +133,9 @@ template <class Backend>
 struct ForwardScratch {
   Tensor<bf16, Backend> h;                  ///< [T, dim] the hidden state
   Tensor<bf16, Backend> residual;           ///< [T, dim] the residual stream
-  Tensor<std::int32_t, Backend> tokens;     ///< [T] the pass's token ids
+  Tensor<std::int32_t, Backend> meta;      ///< the pass's integers: tokens, positions, sequences, slots, rows, block table
+  PinnedBuffer<std::int32_t, Backend> host_meta;  ///< their host staging (one upload per pass)
+  Tensor<bf16, Backend> head_in;            ///< [rows, dim] the final hidden rows the head reads, gathered
   Tensor<float, Backend> logits;            ///< [rows, vocab / world] this rank's logits
   Tensor<float, Backend> gathered;          ///< [world, rows, vocab / world] every rank's logits (world > 1)
   Tensor<float, Backend> reduce;            ///< [T, dim] f32 row-parallel reductions (world > 1)
@@ -128,11 +148,20 @@ struct ForwardScratch {
     const std::int64_t T = l.tokens(), local_vocab = a.vocab_size / l.world_size;
     r(h, elements(T, a.dim));
     r(residual, elements(T, a.dim));
-    r(tokens, T);
+    r(meta, meta_elements(l));
+    r(host_meta, meta_elements(l));
+    r(head_in, elements(std::min(T, l.batch), a.dim));
     r(logits, elements(l.batch, local_vocab));
     r(gathered, l.world_size > 1 ? elements(l.batch, a.vocab_size) : 0);
     r(reduce, l.world_size > 1 ? elements(T, a.dim) : 0);
     blocks.reserve(r, a, l);
+  }
+
+  /// \brief Integers of a pass's metadata at the limits `l`: tokens, positions, sequences and cache
+  ///        slots per row, logit rows, the expanded sequences' gathered cache rows, the block table.
+  static std::int64_t meta_elements(const ForwardLimits& l) {
+    const std::int64_t T = l.tokens(), expanded = l.seq > 1 ? std::min(l.positions, l.absorbed_from) : 0;
+    return elements(4, T) + l.batch + elements(l.batch, expanded) + elements(l.batch, l.pages_per_sequence());
   }
 };
 
@@ -199,7 +228,9 @@ class Transformer {
         rope_((require_memory(plan_memory<Backend>(ModelArgs::of<Config>(), options_, parallel_.world_size, parallel_.rank).rope_tables,
                               "its RoPE tables"),
                RopeTable<Backend>(Config::qk_rope_head_dim, options_))),
-        filled_(static_cast<std::size_t>(options_.max_batch_size), 0) {
+        filled_(static_cast<std::size_t>(options_.max_batch_size), 0),
+        rect_pages_(static_cast<std::size_t>(options_.max_batch_size)) {
+    for (std::size_t b = 0; b < rect_pages_.size(); ++b) rect_pages_[b] = static_cast<std::int32_t>(b);
     layers_.reserve(static_cast<std::size_t>(Config::n_layers));
     for (int i = 0; i < Config::n_layers; ++i) layers_.emplace_back(store_, i, options_, parallel_);
     store_.check_all_used();
@@ -369,8 +400,33 @@ class Transformer {
   /// \brief Forgets every sequence: the next call of each must start at position 0.
   void reset() { std::fill(filled_.begin(), filled_.end(), 0); }
 
+  /// \brief Frees the caches of forward(tokens, batch, start_pos) (max_batch_size x max_seq_len
+  ///        positions) and forgets every sequence: for a model whose passes all go through external
+  ///        paged caches (the serving engine's). A later forward(tokens, batch, start_pos) allocates
+  ///        them again.
+  void release_caches() {
+    own_cache_ = KvCache<Backend>();
+    reset();
+  }
+
+  /// \brief The limits the forward scratch is reserved for: the runtime options' (max_batch_size
+  ///        sequences of max_tokens_per_call tokens), grown by reserve().
+  const ForwardLimits& limits() const noexcept { return limits_; }
+
+  /// \brief Grows the forward scratch so that ragged passes up to `l` (sequences, tokens, page size)
+  ///        allocate nothing; the scratch then serves the larger of `l` and the current limits.
+  /// \throws Error(state) when the weights are not loaded; Error(out_of_memory) when the backend lacks
+  ///         the memory
+  void reserve(const ForwardLimits& l) {
+    DSV32_CHECK(ready_, state, "reserve: the model's weights are not loaded");
+    ForwardLimits grown = ForwardLimits::max(limits_, l);
+    grown.world_size = parallel_.world_size;
+    reserve_scratch(grown);
+  }
+
   /// \brief Runs the model on `batch` sequences of `tokens.size() / batch` tokens each, placed at
-  ///        positions [start_pos, start_pos + seq), like the reference's forward(tokens, start_pos).
+  ///        positions [start_pos, start_pos + seq), like the reference's forward(tokens, start_pos),
+  ///        on the model's own caches (one page of max_seq_len positions per sequence).
   ///
   /// A prefill starts at 0; decode steps continue at the next position. Calls are checked before
   /// anything is computed: batch in [1, max_batch_size], start_pos + seq <= max_seq_len, token ids
@@ -403,18 +459,23 @@ class Transformer {
     for (std::int64_t b = 0; b < batch; ++b)
       DSV32_CHECK(start_pos <= filled_[b], invalid_argument, "forward: sequence ", b, " starts at position ",
                   start_pos, " but only positions [0, ", filled_[b], ") are cached");
-    const std::int64_t chunk = options_.tokens_per_call();
-    if (seq <= chunk) return run(tokens, batch, seq, start_pos, opts);
-    // chunked: consecutive passes of `chunk` tokens per sequence
-    Logits out{batch, opts.all_positions ? seq : 1, Config::vocab_size, {}};
+    if (own_cache_.empty()) {
+      require_memory(memory_plan().caches, "its caches");
+      own_cache_ = KvCache<Backend>(ModelArgs::of<Config>(), options_.max_batch_size, options_.max_seq_len);
+    }
+    const std::int64_t chunk = options_.tokens_per_call(), positions = opts.all_positions ? seq : 1;
+    Logits out{batch, positions, Config::vocab_size, {}};
     if (opts.all_positions) out.values.resize(static_cast<std::size_t>(batch * seq * Config::vocab_size));
-    std::vector<std::int32_t> part;
+    std::vector<SequenceSlice> slices(static_cast<std::size_t>(batch));
+    // consecutive passes of `chunk` tokens per sequence; sequence b's cache is page b
     for (std::int64_t first = 0; first < seq; first += chunk) {
       const std::int64_t len = std::min(chunk, seq - first);
-      part.clear();
       for (std::int64_t b = 0; b < batch; ++b)
-        part.insert(part.end(), tokens.begin() + b * seq + first, tokens.begin() + b * seq + first + len);
-      Logits l = run(part, batch, len, start_pos + first, opts);
+        slices[b] = SequenceSlice{tokens.subspan(static_cast<std::size_t>(b * seq + first), static_cast<std::size_t>(len)),
+                                  start_pos + first, std::span<const std::int32_t>(rect_pages_).subspan(static_cast<std::size_t>(b), 1),
+                                  true};
+      Logits l = run(slices, own_cache_, opts);
+      for (std::int64_t b = 0; b < batch; ++b) filled_[b] = std::max(filled_[b], start_pos + first + len);
       if (!opts.all_positions) {
         out.values = std::move(l.values);
         continue;
@@ -439,44 +500,177 @@ class Transformer {
     return forward(flat, static_cast<std::int64_t>(tokens.size()), start_pos, opts);
   }
 
+  /// \brief One ragged pass: every sequence with its own tokens at its own position, packed without
+  ///        padding, over a paged cache (FlashAttention's varlen batches, FlashMLA's block tables).
+  ///
+  /// RoPE, the indexer's top-k, the causal mask and attention work per sequence over its own
+  /// context; each token's latent and keys are written into the page of its block table that holds
+  /// its position. The pass is checked before anything is computed (a failed check throws
+  /// Error(invalid_argument) and leaves the cache as it was): 1 to limits().batch sequences and at most
+  /// limits().tokens() tokens in all, each with at least one token, start_pos >= 0, positions below
+  /// max_seq_len, ids in the vocabulary, a block table covering its positions with page ids of
+  /// `cache`, and no cache row written twice. That positions [0, start_pos) are already in the cache
+  /// is the caller's to ensure (the engine's bookkeeping).
+  /// \param sequences the pass's sequences, in the order of the logits returned
+  /// \param cache     the paged caches it reads and writes
+  /// \param opts      every position's logits or only the last; latent_prefill; an observer
+  /// \return logits [rows, 1, vocab_size]: one row per sequence with `logits` set, at its last token
+  ///         (with all_positions: one per token of those sequences), in pass order
+  /// \throws Error(state) when the weights are not loaded
+  Logits forward(std::span<const SequenceSlice> sequences, KvCache<Backend>& cache, const ForwardOptions& opts = {}) {
+    DSV32_CHECK(ready_, state, "forward: the model's weights are not loaded");
+    return run(sequences, cache, opts);
+  }
+
  private:
+  // Checks a ragged pass and lays out its metadata in the pinned staging buffer; returns the host
+  // description of its sequences and the offsets of each array in the metadata.
+  struct PassLayout {
+    std::vector<PassSequence> sequences;
+    std::vector<std::int32_t> logit_rows;
+    std::int64_t rows = 0, width = 0, gathered = 0, max_visible = 0;
+  };
+
+  PassLayout plan_pass(std::span<const SequenceSlice> seqs, const KvCache<Backend>& cache, const ForwardOptions& opts) const {
+    const std::int64_t n = static_cast<std::int64_t>(seqs.size()), P = cache.page_size();
+    DSV32_CHECK(n >= 1 && n <= limits_.batch, invalid_argument, "forward: ", n, " sequences in a pass, outside [1, ",
+                limits_.batch, "] (max_batch_size, or the limits given to reserve())");
+    DSV32_CHECK(!cache.empty(), invalid_argument, "forward: the cache has no pages");
+    PassLayout L;
+    L.sequences.resize(static_cast<std::size_t>(n));
+    std::vector<std::int64_t> written;
+    for (std::int64_t b = 0; b < n; ++b) {
+      const SequenceSlice& q = seqs[static_cast<std::size_t>(b)];
+      const auto len = static_cast<std::int64_t>(q.tokens.size());
+      DSV32_CHECK(len >= 1, invalid_argument, "forward: sequence ", b, " has no tokens");
+      DSV32_CHECK(q.start_pos >= 0 && q.start_pos + len <= options_.max_seq_len, invalid_argument, "forward: sequence ",
+                  b, " covers positions [", q.start_pos, ", ", q.start_pos + len, "), outside [0, max_seq_len = ",
+                  options_.max_seq_len, ")");
+      for (std::int64_t i = 0; i < len; ++i)
+        DSV32_CHECK(q.tokens[i] >= 0 && q.tokens[i] < Config::vocab_size, invalid_argument, "forward: token id ",
+                    q.tokens[i], " (sequence ", b, ", position ", q.start_pos + i, ") outside the vocabulary [0, ",
+                    Config::vocab_size, ")");
+      const std::int64_t end = q.start_pos + len, need = (end + P - 1) / P;
+      const std::int32_t* table = q.pages.data();
+      DSV32_CHECK(static_cast<std::int64_t>(q.pages.size()) >= need, invalid_argument, "forward: sequence ", b,
+                    " reaches position ", end - 1, ", which needs ", need, " pages of ", P, " positions, but its block "
+                    "table lists ", q.pages.size());
+      for (std::int64_t i = 0; i < need; ++i)
+        DSV32_CHECK(table[i] >= 0 && table[i] < cache.pages(), invalid_argument, "forward: sequence ", b,
+                    "'s block table entry ", i, " is page ", table[i], ", outside the cache's [0, ", cache.pages(), ")");
+      PassSequence& ps = L.sequences[static_cast<std::size_t>(b)];
+      ps.row = L.rows;
+      ps.tokens = len;
+      ps.start_pos = q.start_pos;
+      ps.expanded = !opts.latent_prefill && len > 1 && end <= options_.absorbed_prefill_from;
+      bool consecutive = true;
+      for (std::int64_t i = 1; i < need && consecutive; ++i) consecutive = table[i] == table[0] + i;
+      ps.first_page = consecutive ? table[0] : -1;
+      if (ps.expanded && !consecutive) {
+        ps.gather = L.gathered;
+        L.gathered += end;
+      }
+      for (std::int64_t p = q.start_pos; p < end; ++p) written.push_back(table[p / P] * P + p % P);
+      L.rows += len;
+      L.width = std::max(L.width, need);
+      L.max_visible = std::max(L.max_visible, end);
+      if (q.logits) {
+        if (opts.all_positions)
+          for (std::int64_t i = 0; i < len; ++i) L.logit_rows.push_back(static_cast<std::int32_t>(ps.row + i));
+        else
+          L.logit_rows.push_back(static_cast<std::int32_t>(ps.row + len - 1));
+      }
+    }
+    DSV32_CHECK(L.rows <= limits_.tokens(), invalid_argument, "forward: ", L.rows, " tokens in a pass, more than the ",
+                limits_.tokens(), " the scratch holds (max_batch_size x max_tokens_per_call, or the limits given to "
+                "reserve())");
+    std::sort(written.begin(), written.end());
+    const auto dup = std::adjacent_find(written.begin(), written.end());
+    DSV32_CHECK(dup == written.end(), invalid_argument, "forward: cache row ", dup == written.end() ? 0 : *dup,
+                " (page ", dup == written.end() ? 0 : *dup / P, ") is written twice in one pass (two sequences share a "
+                "page they both write, or a block table lists a page twice)");
+    return L;
+  }
+
   // One forward pass: every kernel ordered on exec_, one synchronization at the end to read the logits.
-  Logits run(std::span<const std::int32_t> tokens, std::int64_t batch, std::int64_t seq, std::int64_t start_pos,
-             const ForwardOptions& opts) {
+  Logits run(std::span<const SequenceSlice> seqs, KvCache<Backend>& cache, const ForwardOptions& opts) {
+    const PassLayout L = plan_pass(seqs, cache, opts);
+    const std::int64_t T = L.rows, n = static_cast<std::int64_t>(seqs.size()), P = cache.page_size();
+    const std::int64_t R = static_cast<std::int64_t>(L.logit_rows.size());
+    ForwardScratch<Backend>& s = scratch_;
+
+    // the pass's integers, staged on the host and uploaded at once:
+    // [tokens T][positions T][sequence T][slots T][logit rows R][gather G][block table n x width]
+    const std::int64_t width = L.width, total = 4 * T + R + L.gathered + n * width;
+    if (s.host_meta.size() < static_cast<std::size_t>(total)) s.host_meta.reset(static_cast<std::size_t>(total));
+    std::int32_t* m = s.host_meta.data();
+    std::int32_t *tok = m, *pos = m + T, *seq = m + 2 * T, *slot = m + 3 * T, *rows = m + 4 * T;
+    std::int32_t *gather = rows + R, *table = gather + L.gathered;
+    for (std::int64_t b = 0; b < n; ++b) {
+      const SequenceSlice& q = seqs[static_cast<std::size_t>(b)];
+      const PassSequence& ps = L.sequences[static_cast<std::size_t>(b)];
+      const std::int32_t* pages = q.pages.data();
+      const std::int64_t need = (ps.end_pos() + P - 1) / P;
+      for (std::int64_t i = 0; i < width; ++i) table[b * width + i] = i < need ? pages[i] : pages[0];
+      for (std::int64_t i = 0; i < ps.tokens; ++i) {
+        const std::int64_t r = ps.row + i, p = ps.start_pos + i;
+        tok[r] = q.tokens[static_cast<std::size_t>(i)];
+        pos[r] = static_cast<std::int32_t>(p);
+        seq[r] = static_cast<std::int32_t>(b);
+        slot[r] = static_cast<std::int32_t>(pages[p / P] * P + p % P);
+      }
+      if (ps.expanded && ps.first_page < 0)
+        for (std::int64_t p = 0; p < ps.end_pos(); ++p) gather[ps.gather + p] = static_cast<std::int32_t>(pages[p / P] * P + p % P);
+    }
+    std::copy(L.logit_rows.begin(), L.logit_rows.end(), rows);
+    s.meta.resize(Shape{total});
+    Memory<Backend>::copy_from_host_async(exec_, s.meta.data(), m, static_cast<std::size_t>(total) * sizeof(std::int32_t));
+    const VectorView<const std::int32_t, space> meta = s.meta.vec();
+
     ForwardContext<Backend> ctx;
-    ctx.batch = batch;
-    ctx.seq = seq;
-    ctx.start_pos = start_pos;
+    ctx.sequences = L.sequences;
+    ctx.rows = T;
+    ctx.cache = &cache;
+    ctx.pages = CachePages<space>{MatrixView<const std::int32_t, space>(meta.data + 4 * T + R + L.gathered, n, width, width),
+                                  meta.subview(2 * T, T), meta.subview(T, T), P, L.max_visible};
+    ctx.slots = meta.subview(3 * T, T);
+    ctx.gather = meta.subview(4 * T + R, L.gathered);
     ctx.parallel = parallel_;
     ctx.comm = comm_;
     ctx.observer = opts.observer;
     ctx.exec = &exec_;
     ctx.reduce = &scratch_.reduce;
-    ForwardScratch<Backend>& s = scratch_;
-    const std::int64_t T = batch * seq;
+    const VectorView<const std::int32_t, space> logit_rows = meta.subview(4 * T, R);
+    const bool all_rows = R == T;  // the logit rows are every row, in order
+
     s.h.resize(Shape{T, Config::dim});
     s.residual.resize(Shape{T, Config::dim});
-    s.tokens.resize(Shape{T});
-    Memory<Backend>::copy_from_host_async(exec_, s.tokens.data(), tokens.data(), tokens.size_bytes());
-    embed_.forward(ctx, s.tokens.vec(), s.h.mat());
+    embed_.forward(ctx, meta.subview(0, T), s.h.mat());
     if (ctx.observer)
       with_host_view(ctx, MatrixView<const bf16, space>(s.h.mat()),
                      [&](MatrixView<const bf16> h) { ctx.observer->on_embedding(h); });
-    const bool last_ffn_on_last_rows = !opts.all_positions && !opts.full_last_block && !ctx.observer;
+    // the last block's feed-forward only on the rows that reach the logits (unless watched)
+    const bool ffn_on_logit_rows = !opts.full_last_block && !ctx.observer && !all_rows;
     for (std::size_t i = 0; i < layers_.size(); ++i)
       layers_[i].forward(ctx, s.h.mat(), s.residual.mat(), i == 0, rope_, s.blocks,
-                         last_ffn_on_last_rows && i + 1 == layers_.size());
+                         ffn_on_logit_rows && i + 1 == layers_.size() ? logit_rows : VectorView<const std::int32_t, space>());
     norm_.forward(ctx, s.h.mat(), s.residual.mat(), s.h.mat());
-    for (std::int64_t b = 0; b < batch; ++b) filled_[b] = std::max(filled_[b], start_pos + seq);
 
-    // head in f32 on the last position of each sequence (or all of them)
-    const std::int64_t positions = opts.all_positions ? seq : 1;
-    const MatrixView<const bf16, space> rows =
-        opts.all_positions ? MatrixView<const bf16, space>(s.h.mat()) : s.h.mat().strided_rows(seq - 1, batch, seq);
-    const std::int64_t local_vocab = head_.out_features(), R = batch * positions;
+    // head in f32 on the logit rows
+    Logits out{R, 1, Config::vocab_size, std::vector<float>(static_cast<std::size_t>(R * Config::vocab_size))};
+    if (R == 0) {
+      Memory<Backend>::synchronize(exec_);
+      return out;
+    }
+    MatrixView<const bf16, space> head_rows = s.h.mat();
+    if (!all_rows) {
+      s.head_in.resize(Shape{R, Config::dim});
+      Kernels<Backend>::gather_rows(exec_, s.h.mat(), logit_rows, s.head_in.mat());
+      head_rows = s.head_in.mat();
+    }
+    const std::int64_t local_vocab = head_.out_features();
     s.logits.resize(Shape{R, local_vocab});
-    head_.forward_f32(ctx, rows, s.logits.mat());
-    Logits out{batch, positions, Config::vocab_size, std::vector<float>(static_cast<std::size_t>(R * Config::vocab_size))};
+    head_.forward_f32(ctx, head_rows, s.logits.mat());
     if (parallel_.world_size == 1) {
       Memory<Backend>::copy_to_host_async(exec_, out.values.data(), s.logits.data(), out.values.size() * sizeof(float));
       Memory<Backend>::synchronize(exec_);
@@ -512,15 +706,22 @@ class Transformer {
 
   // Caches, then every forward temporary at its largest, so that forward() allocates nothing.
   void finish_loading() {
-    for (auto& layer : layers_) layer.allocate_caches(options_);
+    for (auto& layer : layers_) layer.prepare();
+    own_cache_ = KvCache<Backend>(ModelArgs::of<Config>(), options_.max_batch_size, options_.max_seq_len);
+    reserve_scratch(ForwardLimits::of(options_, parallel_.world_size));
+    reset();
+    ready_ = true;
+  }
+
+  // Reserves every forward temporary for passes up to `l`.
+  void reserve_scratch(const ForwardLimits& l) {
     scratch_.reserve([]<class Buffer>(Buffer& b, std::int64_t n) {
       if constexpr (requires { b.mat(); })
         b.reserve(static_cast<std::size_t>(n));
-      else
+      else if (b.size() < static_cast<std::size_t>(n))
         b.reset(static_cast<std::size_t>(n));
-    }, ModelArgs::of<Config>(), ForwardLimits::of(options_, parallel_.world_size));
-    reset();
-    ready_ = true;
+    }, ModelArgs::of<Config>(), l);
+    limits_ = l;
   }
 
   void release_weights() {
@@ -632,6 +833,9 @@ class Transformer {
   RopeTable<Backend> rope_;
   bool ready_ = false;
   std::vector<std::int64_t> filled_;  // per sequence: positions [0, filled) are cached
+  std::vector<std::int32_t> rect_pages_;  // [max_batch_size] page b: sequence b's page in own_cache_
+  KvCache<Backend> own_cache_;         // forward(tokens, batch, start_pos)'s caches: a page of max_seq_len per sequence
+  ForwardLimits limits_;               // what the scratch is reserved for
   ExecutionContext<Backend> exec_;
   Buffer<std::byte, Backend> arena_;  // the weights that are not borrowed, in one allocation
   ForwardScratch<Backend> scratch_;

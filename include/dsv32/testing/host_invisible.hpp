@@ -198,6 +198,10 @@ struct Kernels<testing::HostInvisible> {
   /// \brief The host view behind a backend array view.
   template <class T>
   static VectorView<T> host(Vec<T> v) { return {testing::untag(v.data), v.size}; }
+  /// \brief The host views behind a pass's paged-cache arrays.
+  static CachePages<Host> host(const CachePages<Space>& p) {
+    return {host(p.block_table), host(p.sequence), host(p.position), p.page_size, p.max_visible};
+  }
   /// \brief The host view behind a backend weight.
   static WeightView<> host(const Weight& w) {
     return WeightView<>{w.dtype, testing::untag(w.data), w.out, w.in, testing::untag(w.scale)};
@@ -235,9 +239,9 @@ struct Kernels<testing::HostInvisible> {
     K::act_quant(ctx.cpu, host(x), fmt, host(codes), host(s));
   }
   /// \copydoc Kernels<Cpu>::rope
-  static void rope(Context& ctx, Mat<bf16> x, std::int64_t heads, std::int64_t seq_len, std::int64_t start_pos,
+  static void rope(Context& ctx, Mat<bf16> x, std::int64_t heads, Vec<const std::int32_t> positions,
                    Mat<const float> cos, Mat<const float> sin, bool interleaved) {
-    K::rope(ctx.cpu, host(x), heads, seq_len, start_pos, host(cos), host(sin), interleaved);
+    K::rope(ctx.cpu, host(x), heads, host(positions), host(cos), host(sin), interleaved);
   }
   /// \copydoc Kernels<Cpu>::hadamard
   static void hadamard(Context& ctx, Mat<bf16> x) { K::hadamard(ctx.cpu, host(x)); }
@@ -248,11 +252,10 @@ struct Kernels<testing::HostInvisible> {
   /// \copydoc Kernels<Cpu>::indexer_topk
   static void indexer_topk(Context& ctx, Mat<const std::uint8_t> q_codes, Mat<const float> q_scale,
                            Mat<const bf16> head_weights, float head_scale, float dim_scale,
-                           Mat<const std::uint8_t> k_codes, Mat<const float> k_scale, std::int64_t cache_rows,
-                           std::int64_t batch, std::int64_t start_pos, Mat<std::int32_t> selected,
-                           Vec<std::int32_t> count) {
+                           Mat<const std::uint8_t> k_codes, Mat<const float> k_scale, const CachePages<Space>& pages,
+                           Mat<std::int32_t> selected, Vec<std::int32_t> count) {
     K::indexer_topk(ctx.cpu, host(q_codes), host(q_scale), host(head_weights), head_scale, dim_scale, host(k_codes),
-                    host(k_scale), cache_rows, batch, start_pos, host(selected), host(count));
+                    host(k_scale), host(pages), host(selected), host(count));
   }
   /// \copydoc Kernels<Cpu>::sparse_attention
   static void sparse_attention(Context& ctx, Mat<const bf16> q, Mat<const bf16> kv, Mat<const bf16> k_pe,
@@ -263,10 +266,10 @@ struct Kernels<testing::HostInvisible> {
   }
   /// \copydoc Kernels<Cpu>::latent_attention
   static void latent_attention(Context& ctx, Mat<const bf16> q_lat, Mat<const bf16> q_pe, Mat<const bf16> kv_cache,
-                               Mat<const bf16> pe_cache, std::int64_t cache_rows, std::int64_t heads,
+                               Mat<const bf16> pe_cache, const CachePages<Space>& pages, std::int64_t heads,
                                Mat<const std::int32_t> selected, Vec<const std::int32_t> count, float scale,
                                Mat<bf16> out) {
-    K::latent_attention(ctx.cpu, host(q_lat), host(q_pe), host(kv_cache), host(pe_cache), cache_rows, heads,
+    K::latent_attention(ctx.cpu, host(q_lat), host(q_pe), host(kv_cache), host(pe_cache), host(pages), heads,
                         host(selected), host(count), scale, host(out));
   }
   /// \copydoc Kernels<Cpu>::absorb_query
@@ -293,6 +296,11 @@ struct Kernels<testing::HostInvisible> {
   /// \copydoc Kernels<Cpu>::gather_rows
   static void gather_rows(Context& ctx, Mat<const bf16> x, Vec<const std::int32_t> rows, Mat<bf16> out) {
     K::gather_rows(ctx.cpu, host(x), host(rows), host(out));
+  }
+  /// \copydoc Kernels<Cpu>::scatter_rows
+  template <class T>
+  static void scatter_rows(Context& ctx, Mat<const T> src, Vec<const std::int32_t> rows, Mat<T> dst) {
+    K::scatter_rows(ctx.cpu, host(src), host(rows), host(dst));
   }
   /// \copydoc Kernels<Cpu>::scatter_add
   static void scatter_add(Context& ctx, Mat<const bf16> src, Vec<const std::int32_t> rows, Vec<const float> weight,

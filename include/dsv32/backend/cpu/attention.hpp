@@ -16,6 +16,7 @@
 
 #include "dsv32/backend/cpu/gemm.hpp"
 #include "dsv32/backend/cpu/parallel_for.hpp"
+#include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/core/numeric.hpp"
 
 namespace dsv32::cpu {
@@ -377,6 +378,83 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
   index_scores(q_codes, q_weight, q_scale, S, H, D, k_codes, k_scale, T, visible.data(), scores.data());
   for (std::int64_t s = 0; s < S; ++s)
     count[s] = static_cast<std::int32_t>(top_k(scores.data() + s * T, visible[s], k, selected + s * k));
+}
+
+namespace detail {
+/// The cache row of position `p` of a sequence whose block-table row is `table`.
+inline std::int64_t paged_row(const std::int32_t* table, std::int64_t page_size, std::int64_t p) noexcept {
+  return static_cast<std::int64_t>(table[p / page_size]) * page_size + p % page_size;
+}
+/// Whether positions [0, n) of a sequence lie in consecutive pages (table[i] = table[0] + i), so that its
+/// cache rows are rows [table[0] page_size, table[0] page_size + n) of the pool: read in place.
+inline bool pages_consecutive(const std::int32_t* table, std::int64_t page_size, std::int64_t n) noexcept {
+  for (std::int64_t i = 1; i < (n + page_size - 1) / page_size; ++i)
+    if (table[i] != table[0] + i) return false;
+  return true;
+}
+}  // namespace detail
+
+/// \brief indexer_topk() for the queries of a ragged pass over a paged key cache.
+///
+/// Consecutive queries of one sequence at consecutive positions are scored together (one
+/// indexer_topk() call each); a query's picks do not depend on the other queries of the pass. A
+/// sequence whose pages are consecutive is read in place; otherwise its keys [0, end) are gathered first.
+/// \param q_codes  [T, H, D] E4M3 codes \param q_weight [T, H] f32 head weights (see index_scores())
+/// \param q_scale  [T, H, D / 128] f32 \param T queries \param H indexer heads \param D head dim
+/// \param k_codes  [pool rows, D] E4M3 key cache \param k_scale [pool rows, D / 128] f32
+/// \param pages    each query's sequence, position and block table
+/// \param k        positions per query (index_topk): the row stride of `selected`
+/// \param selected [T, k] positions, highest score first \param count [T] min(k, position + 1)
+inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t T,
+                         std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
+                         const CachePages<Host>& pages, std::int64_t k, std::int32_t* selected, std::int32_t* count) {
+  const std::int64_t blocks = D / kBlockSize, P = pages.page_size;
+  std::vector<std::uint8_t> codes;
+  std::vector<float> scales;
+  for (std::int64_t r0 = 0, r1 = 0; r0 < T; r0 = r1) {
+    const std::int32_t b = pages.sequence.data[r0];
+    const std::int64_t start = pages.position.data[r0];
+    for (r1 = r0 + 1; r1 < T && pages.sequence.data[r1] == b && pages.position.data[r1] == start + (r1 - r0); ++r1) {}
+    const std::int64_t S = r1 - r0, end = start + S;
+    const std::int32_t* table = pages.block_table.row(b);
+    const std::uint8_t* kc = k_codes + static_cast<std::int64_t>(table[0]) * P * D;
+    const float* ks = k_scale + static_cast<std::int64_t>(table[0]) * P * blocks;
+    if (!detail::pages_consecutive(table, P, end)) {
+      codes.resize(static_cast<std::size_t>(end * D));
+      scales.resize(static_cast<std::size_t>(end * blocks));
+      for (std::int64_t p = 0; p < end; ++p) {
+        const std::int64_t row = detail::paged_row(table, P, p);
+        std::copy_n(k_codes + row * D, D, codes.data() + p * D);
+        std::copy_n(k_scale + row * blocks, blocks, scales.data() + p * blocks);
+      }
+      kc = codes.data(), ks = scales.data();
+    }
+    indexer_topk(q_codes + r0 * H * D, q_weight + r0 * H, q_scale + r0 * H * blocks, S, H, D, kc, ks, start, k,
+                 selected + r0 * k, count + r0);
+  }
+}
+
+/// \brief latent_attention() for every query of a ragged pass over the paged latent caches: query i
+///        attends to the selected positions of its own sequence (pages.sequence[i]).
+/// \param q_lat    [T, H, C] bf16 \param q_pe [T H rows, rope] bf16, rows q_pe_stride apart
+/// \param kv_cache [pool rows, C] bf16 \param pe_cache [pool rows, rope] bf16
+/// \param pages    each query's sequence and the block table \param H heads \param C kv_lora_rank
+/// \param rope     qk_rope_head_dim \param selected [T, sel_stride] positions \param count [T]
+/// \param scale    softmax scale \param out [T, H, C] bf16
+inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q_pe_stride, const bf16* kv_cache,
+                             const bf16* pe_cache, const CachePages<Host>& pages, std::int64_t H, std::int64_t C,
+                             std::int64_t rope, const std::int32_t* selected, std::int64_t sel_stride,
+                             const std::int32_t* count, float scale, bf16* out) {
+  std::vector<std::int32_t> rows;
+  for (std::int64_t i = 0; i < pages.sequence.size; ++i) {
+    const std::int32_t* table = pages.block_table.row(pages.sequence.data[i]);
+    const std::int64_t n = count[i];
+    rows.resize(static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j)
+      rows[j] = static_cast<std::int32_t>(detail::paged_row(table, pages.page_size, selected[i * sel_stride + j]));
+    latent_attention(q_lat + i * H * C, q_pe + i * H * q_pe_stride, q_pe_stride, kv_cache, pe_cache, H, C, rope,
+                     rows.data(), n, scale, out + i * H * C);
+  }
 }
 
 namespace detail {

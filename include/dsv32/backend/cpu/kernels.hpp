@@ -112,16 +112,15 @@ struct Kernels<Cpu> {
   }
   // in place, rows (token, head) of [tokens * heads, rope_dim]
   /// \brief Rotates rows in place in f32, rounding to bf16 (cpu::rope()): row r belongs to token
-  ///        r / heads, which sits at position start_pos + (r / heads) % seq_len.
+  ///        r / heads, which sits at position positions[r / heads].
   /// \param ctx the model's context
   /// \param x [tokens * heads, rope_dim] bf16, rows `x.stride` apart (the RoPE slice of each head)
-  /// \param heads heads per token \param seq_len tokens per sequence of the call
-  /// \param start_pos position of each sequence's first token
+  /// \param heads heads per token \param positions [tokens] each token's position
   /// \param cos, sin [max_seq_len, rope_dim / 2] f32 tables \param interleaved pairs (2i, 2i+1) or (i, i + d/2)
-  static void rope(Context& ctx, Mat<bf16> x, std::int64_t heads, std::int64_t seq_len, std::int64_t start_pos,
+  static void rope(Context& ctx, Mat<bf16> x, std::int64_t heads, Vec<const std::int32_t> positions,
                    Mat<const float> cos, Mat<const float> sin, bool interleaved) {
     (void)ctx;
-    cpu::rope(x.data, x.rows / heads, heads * x.stride, heads, x.stride, x.cols, seq_len, start_pos, cos.data, sin.data,
+    cpu::rope(x.data, x.rows / heads, heads * x.stride, heads, x.stride, x.cols, positions.data, cos.data, sin.data,
               interleaved);
   }
   // in place, [rows, n]
@@ -138,37 +137,35 @@ struct Kernels<Cpu> {
     (void)ctx;
     cpu::silu_mul(a, b, out);
   }
-  // q [B * S * H, D], k cache [max_batch * max_seq, D] -> selected [B * S, k], count [B * S]
-  /// \brief The lightning indexer's selection for every query of the call (all sequences).
+  // q [T * H, D], paged k cache [pool rows, D] -> selected [T, k], count [T]
+  /// \brief The lightning indexer's selection for every query of a ragged pass.
   ///
-  /// Query s of sequence b sits at position start_pos + s and sees the cached keys
-  /// [0, start_pos + s] of its sequence (rows b * cache_rows + t of the cache). Head weights are
-  /// w_h = bf16(f32(head_weights[b s, h]) * head_scale); with one 128-block (D = 128, the model's)
-  /// score[t] = sum_h relu(q_h . k_t) * ((w_h * q_scale_h) * dim_scale) * k_scale_t in f32 with
-  /// exact E4M3 products — the reference's expression; with several blocks the dot product is
-  /// dequantized per block (sum_b (q_hb . k_tb) * q_scale_hb * k_scale_tb) before the relu, then
-  /// weighted by w_h * dim_scale. The top min(k, start_pos + s + 1) positions are kept, highest first
-  /// (ties: lower position first).
+  /// Query i of sequence pages.sequence[i] sits at position q = pages.position[i] and sees its
+  /// sequence's cached keys at positions [0, q] (cache rows through the block table; this pass's keys
+  /// written first). Head weights are w_h = bf16(f32(head_weights[i, h]) * head_scale); with one
+  /// 128-block (D = 128, the model's) score[t] = sum_h relu(q_h . k_t) * ((w_h * q_scale_h) * dim_scale)
+  /// * k_scale_t in f32 with exact E4M3 products — the reference's expression; with several blocks the
+  /// dot product is dequantized per block (sum_b (q_hb . k_tb) * q_scale_hb * k_scale_tb) before the
+  /// relu, then weighted by w_h * dim_scale. The top min(k, q + 1) positions are kept, highest first
+  /// (ties: lower position first). A query's picks depend on nothing else in the pass.
   /// \param ctx          the model's context
-  /// \param q_codes      [B * S * H, D] E4M3 codes of the queries
-  /// \param q_scale      [B * S * H, D / 128] f32 query scales
-  /// \param head_weights [B * S, H] bf16: weights_proj(x)
+  /// \param q_codes      [T * H, D] E4M3 codes of the queries
+  /// \param q_scale      [T * H, D / 128] f32 query scales
+  /// \param head_weights [T, H] bf16: weights_proj(x)
   /// \param head_scale   n_heads^-0.5
   /// \param dim_scale    index_head_dim^-0.5
-  /// \param k_codes      [max_batch * cache_rows, D] E4M3 key cache (this call's keys written)
-  /// \param k_scale      [max_batch * cache_rows, D / 128] f32 key scales
-  /// \param cache_rows   cache rows per sequence (max_seq_len)
-  /// \param batch        sequences B \param start_pos position of each sequence's first query
-  /// \param selected     [B * S, k] positions (k = its columns); count[i] of row i valid
-  /// \param count        [B * S] how many positions each query selected
+  /// \param k_codes      [pool rows, D] E4M3 key cache
+  /// \param k_scale      [pool rows, D / 128] f32 key scales
+  /// \param pages        each query's sequence and position, the block table
+  /// \param selected     [T, k] positions (k = its columns); count[i] of row i valid
+  /// \param count        [T] how many positions each query selected
   static void indexer_topk(Context& ctx, Mat<const std::uint8_t> q_codes, Mat<const float> q_scale,
                            Mat<const bf16> head_weights, float head_scale, float dim_scale,
-                           Mat<const std::uint8_t> k_codes, Mat<const float> k_scale, std::int64_t cache_rows,
-                           std::int64_t batch, std::int64_t start_pos, Mat<std::int32_t> selected,
-                           Vec<std::int32_t> count) {
+                           Mat<const std::uint8_t> k_codes, Mat<const float> k_scale, const CachePages<Host>& pages,
+                           Mat<std::int32_t> selected, Vec<std::int32_t> count) {
     (void)ctx;
-    const std::int64_t T = head_weights.rows, H = head_weights.cols, S = T / batch, D = q_codes.cols;
-    const std::int64_t blocks = q_scale.cols, k = selected.cols;
+    const std::int64_t T = head_weights.rows, H = head_weights.cols, D = q_codes.cols;
+    const std::int64_t blocks = q_scale.cols;
     // The CPU scorer takes one f32 weight per head: with one block the reference's (w * q_scale) * d^-0.5,
     // with several w * d^-0.5 (it applies the block scales itself).
     std::vector<float> weight(static_cast<std::size_t>(T * H));
@@ -177,10 +174,8 @@ struct Kernels<Cpu> {
         const float w = round_bf16(static_cast<float>(head_weights.row(t)[h]) * head_scale);
         weight[t * H + h] = blocks == 1 ? w * q_scale.row(t * H + h)[0] * dim_scale : w * dim_scale;
       }
-    for (std::int64_t b = 0; b < batch; ++b)
-      cpu::indexer_topk(q_codes.row(b * S * H), weight.data() + b * S * H, q_scale.row(b * S * H), S, H, D,
-                        k_codes.row(b * cache_rows), k_scale.row(b * cache_rows), start_pos, k,
-                        selected.row(b * S), count.data + b * S);
+    cpu::indexer_topk(q_codes.data, weight.data(), q_scale.data, T, H, D, k_codes.data, k_scale.data, pages,
+                      selected.stride, selected.data, count.data);
   }
   // one sequence: q [S, H (nope + rope)], kv [T, H (nope + v)], k_pe [T, rope] -> [S, H v]
   /// \brief MLA prefill attention of one sequence over its selected positions (cpu::sparse_attention()):
@@ -199,29 +194,25 @@ struct Kernels<Cpu> {
     cpu::sparse_attention(q.data, kv.data, k_pe.data, q.rows, heads, nope, k_pe.cols, v, selected.data, count.data,
                           selected.stride, scale, out.data);
   }
-  // B tokens (one per sequence): q_lat [B H, C], q_pe [B H, rope], caches -> [B H, C]
-  /// \brief MLA decode attention in the absorbed form for one token of each of `batch` sequences
-  ///        (cpu::latent_attention()), reading each token's count from `count`.
+  // T queries of a ragged pass: q_lat [T H, C], q_pe [T H, rope], paged caches -> [T H, C]
+  /// \brief MLA attention in the absorbed (latent) form for every query of a ragged pass
+  ///        (cpu::latent_attention()): query i attends to its selected positions of its own sequence.
   /// \param ctx        the model's context
-  /// \param q_lat      [B * H, C] bf16 absorbed queries
-  /// \param q_pe       [B * H, rope] bf16 rotated query parts (rows may be strided)
-  /// \param kv_cache   [max_batch * cache_rows, C] bf16 latent cache
-  /// \param pe_cache   [max_batch * cache_rows, rope] bf16
-  /// \param cache_rows cache rows per sequence (max_seq_len); 0: every query reads the caches' first
-  ///                   rows (the caches given are one sequence's: an absorbed prefill)
+  /// \param q_lat      [T * H, C] bf16 absorbed queries
+  /// \param q_pe       [T * H, rope] bf16 rotated query parts (rows may be strided)
+  /// \param kv_cache   [pool rows, C] bf16 latent cache
+  /// \param pe_cache   [pool rows, rope] bf16
+  /// \param pages      each query's sequence, the block table
   /// \param heads      H
-  /// \param selected   [B, k] positions \param count [B] valid positions per row, each >= 1
-  /// \param scale      softmax scale \param out [B * H, C] bf16 latent output
+  /// \param selected   [T, k] positions \param count [T] valid positions per row, each >= 1
+  /// \param scale      softmax scale \param out [T * H, C] bf16 latent output
   static void latent_attention(Context& ctx, Mat<const bf16> q_lat, Mat<const bf16> q_pe, Mat<const bf16> kv_cache,
-                               Mat<const bf16> pe_cache, std::int64_t cache_rows, std::int64_t heads,
+                               Mat<const bf16> pe_cache, const CachePages<Host>& pages, std::int64_t heads,
                                Mat<const std::int32_t> selected, Vec<const std::int32_t> count, float scale,
                                Mat<bf16> out) {
     (void)ctx;
-    const std::int64_t C = q_lat.cols;
-    for (std::int64_t b = 0; b < selected.rows; ++b)
-      cpu::latent_attention(q_lat.row(b * heads), q_pe.row(b * heads), q_pe.stride, kv_cache.row(b * cache_rows),
-                            pe_cache.row(b * cache_rows), heads, C, pe_cache.cols, selected.row(b), count.data[b], scale,
-                            out.row(b * heads));
+    cpu::latent_attention(q_lat.data, q_pe.data, q_pe.stride, kv_cache.data, pe_cache.data, pages, heads, q_lat.cols,
+                          pe_cache.cols, selected.data, selected.stride, count.data, scale, out.data);
   }
   // [T H, nope] (strided rows of q) -> [T H, C]
   /// \brief Projects q_nope into the latent space through wkv_b's key rows (cpu::absorb_query()):
@@ -273,6 +264,17 @@ struct Kernels<Cpu> {
   static void gather_rows(Context& ctx, Mat<const bf16> x, Vec<const std::int32_t> rows, Mat<bf16> out) {
     (void)ctx;
     cpu::gather_rows(x, rows.data, rows.size, out);
+  }
+  // [n, d] -> rows of [R, d]
+  /// \brief dst[rows[i]] = src[i] for i < n (cpu::scatter_rows()): a pass's latents, keys and
+  ///        scales into their cache slots. The rows must be distinct.
+  /// \tparam T bf16, std::uint8_t or float
+  /// \param ctx the model's context \param src [n, d] (rows may be strided) \param rows [n]
+  /// \param dst [R, d]
+  template <class T>
+  static void scatter_rows(Context& ctx, Mat<const T> src, Vec<const std::int32_t> rows, Mat<T> dst) {
+    (void)ctx;
+    cpu::scatter_rows(src, rows.data, dst);
   }
   // y[rows[i]] += src[i] * weight[i]
   /// \brief y[rows[i]] += f32(src[i]) * weight[i] in order of i (cpu::scatter_add()); empty rows mean

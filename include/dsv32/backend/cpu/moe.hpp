@@ -124,6 +124,13 @@ inline void gather_rows(MatrixView<const bf16> x, const std::int32_t* rows, std:
   for (std::int64_t i = 0; i < n; ++i) std::copy(x.row(rows[i]), x.row(rows[i]) + x.cols, out.row(i));
 }
 
+/// \brief dst[rows[i]] = src[i] for every row i of src (the inverse of gather_rows()).
+/// \tparam T element type \param src [n, d] \param rows [n] distinct row indices into dst \param dst [R, d]
+template <class T>
+void scatter_rows(MatrixView<const T> src, const std::int32_t* rows, MatrixView<T> dst) {
+  for (std::int64_t i = 0; i < src.rows; ++i) std::copy(src.row(i), src.row(i) + src.cols, dst.row(rows[i]));
+}
+
 /// \brief y[rows[i]] += f32(src[i]) * weight[i] (weight may be nullptr: 1).
 /// \param src    [n, dim] bf16
 /// \param rows   [n] destination rows, or nullptr for row i

@@ -8,6 +8,26 @@
 
 namespace dsv32::cpu {
 
+namespace detail {
+// Rotates the `heads` heads of one token at position `pos` (see rope()).
+inline void rope_token(bf16* token, std::int64_t heads, std::int64_t head_stride, std::int64_t rope_dim, std::int64_t pos,
+                       const float* cos, const float* sin, bool interleaved) {
+  const std::int64_t half = rope_dim / 2;
+  const float* c = cos + pos * half;
+  const float* s = sin + pos * half;
+  for (std::int64_t h = 0; h < heads; ++h) {
+    bf16* x = token + h * head_stride;
+    for (std::int64_t i = 0; i < half; ++i) {
+      bf16& xa = interleaved ? x[2 * i] : x[i];
+      bf16& xb = interleaved ? x[2 * i + 1] : x[i + half];
+      const float a = static_cast<float>(xa), b = static_cast<float>(xb);
+      xa = bf16(a * c[i] - b * s[i]);
+      xb = bf16(a * s[i] + b * c[i]);
+    }
+  }
+}
+}  // namespace detail
+
 /// \brief Rotates the RoPE slice of every head of every token by its position's angles, in f32,
 ///        rounding the result to bf16.
 ///
@@ -27,22 +47,19 @@ namespace dsv32::cpu {
 inline void rope(bf16* data, std::int64_t tokens, std::int64_t token_stride, std::int64_t heads,
                  std::int64_t head_stride, std::int64_t rope_dim, std::int64_t seq_len, std::int64_t start_pos,
                  const float* cos, const float* sin, bool interleaved) {
-  const std::int64_t half = rope_dim / 2;
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    const std::int64_t pos = start_pos + t % seq_len;
-    const float* c = cos + pos * half;
-    const float* s = sin + pos * half;
-    for (std::int64_t h = 0; h < heads; ++h) {
-      bf16* x = data + t * token_stride + h * head_stride;
-      for (std::int64_t i = 0; i < half; ++i) {
-        bf16& xa = interleaved ? x[2 * i] : x[i];
-        bf16& xb = interleaved ? x[2 * i + 1] : x[i + half];
-        const float a = static_cast<float>(xa), b = static_cast<float>(xb);
-        xa = bf16(a * c[i] - b * s[i]);
-        xb = bf16(a * s[i] + b * c[i]);
-      }
-    }
-  }
+  for (std::int64_t t = 0; t < tokens; ++t)
+    detail::rope_token(data + t * token_stride, heads, head_stride, rope_dim, start_pos + t % seq_len, cos, sin,
+                       interleaved);
+}
+
+/// \brief rope() with each token's own position: token row t sits at position positions[t] (a
+///        ragged pass, every sequence at its own position).
+/// \param positions [tokens] positions, each within the tables' rows
+inline void rope(bf16* data, std::int64_t tokens, std::int64_t token_stride, std::int64_t heads,
+                 std::int64_t head_stride, std::int64_t rope_dim, const std::int32_t* positions, const float* cos,
+                 const float* sin, bool interleaved) {
+  for (std::int64_t t = 0; t < tokens; ++t)
+    detail::rope_token(data + t * token_stride, heads, head_stride, rope_dim, positions[t], cos, sin, interleaved);
 }
 
 }  // namespace dsv32::cpu

@@ -16,6 +16,11 @@ namespace dsv32::cuda {
 /// Keys scored by one block of the indexer (one per thread).
 inline constexpr int kIndexerKeys = 128;
 
+/// The cache row of position `p` of the sequence whose block-table row is `table` (CachePages).
+__device__ inline std::int64_t paged_row(const std::int32_t* table, std::int64_t page_size, std::int64_t p) {
+  return static_cast<std::int64_t>(table[p / page_size]) * page_size + p % page_size;
+}
+
 /// The head weights of the indexer: weight[t H + h] = (bf16(hw * head_scale) * q_scale[t H + h][0]) * dim_scale
 /// with one 128-block, bf16(hw * head_scale) * dim_scale with several (the CPU backend's expression).
 template <int Threads>
@@ -30,7 +35,8 @@ __global__ void indexer_weights_kernel(const bf16_bits* hw, std::int64_t hw_stri
   }
 }
 
-/// Scores of query rows [row0, row0 + rows) against their visible keys, one thread per key:
+/// Scores of query rows [row0, row0 + rows) against their visible keys (positions [0, position[row]] of
+/// the row's sequence, read through its block table), one thread per key:
 /// score[t] = sum_h relu(q_h . k_t) * weight_h * k_scale_t (one block: the dot products exact), or with
 /// several blocks sum_h relu(sum_b (q_hb . k_tb) * qs_hb * ks_tb) * weight_h. Invisible keys are skipped.
 /// scores: [rows, T] f32.
@@ -38,14 +44,16 @@ template <int Keys>
 __global__ void indexer_score_kernel(const std::uint8_t* q_codes, std::int64_t q_stride, const float* q_scale,
                                      std::int64_t qs_stride, const float* weight, const std::uint8_t* k_codes,
                                      std::int64_t k_stride, const float* k_scale, std::int64_t ks_stride,
-                                     std::int64_t H, std::int64_t D, std::int64_t S, std::int64_t cache_rows,
-                                     std::int64_t start_pos, std::int64_t row0, float* scores, std::int64_t T) {
+                                     std::int64_t H, std::int64_t D, const std::int32_t* block_table,
+                                     std::int64_t bt_stride, const std::int32_t* sequence, const std::int32_t* position,
+                                     std::int64_t page_size, std::int64_t row0, float* scores, std::int64_t T) {
   extern __shared__ unsigned char smem[];
   float* table = reinterpret_cast<float*>(smem);                      // [256]
   std::uint8_t* q = smem + 256 * 4;                                   // [H][D]
   std::uint8_t* k = q + ((H * D + 15) / 16) * 16;                     // [Keys][D + 4]
   const std::int64_t row = row0 + blockIdx.y;                         // the query row of the call
-  const std::int64_t b = row / S, s = row % S, visible = start_pos + s + 1;
+  const std::int32_t* table = block_table + static_cast<std::int64_t>(sequence[row]) * bt_stride;
+  const std::int64_t visible = static_cast<std::int64_t>(position[row]) + 1;
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * Keys;
   if (t0 >= visible) return;
   const std::int64_t blocks = D / kBlockSize, kpitch = D + 4;
@@ -53,13 +61,13 @@ __global__ void indexer_score_kernel(const std::uint8_t* q_codes, std::int64_t q
   for (std::int64_t i = threadIdx.x; i < H * D; i += Keys) q[i] = q_codes[(row * H + i / D) * q_stride + i % D];
   for (std::int64_t i = threadIdx.x; i < Keys * D; i += Keys) {
     const std::int64_t kt = t0 + i / D;
-    k[(i / D) * kpitch + i % D] = kt < visible ? k_codes[(b * cache_rows + kt) * k_stride + i % D] : 0;
+    k[(i / D) * kpitch + i % D] = kt < visible ? k_codes[paged_row(table, page_size, kt) * k_stride + i % D] : 0;
   }
   __syncthreads();
   const std::int64_t t = t0 + threadIdx.x;
   if (t >= visible) return;
   const std::uint8_t* kr = k + threadIdx.x * kpitch;
-  const float* ks = k_scale + (b * cache_rows + t) * ks_stride;
+  const float* ks = k_scale + paged_row(table, page_size, t) * ks_stride;
   float acc = 0.0f;
   for (std::int64_t h = 0; h < H; ++h) {
     const std::uint8_t* qh = q + h * D;
@@ -83,14 +91,14 @@ __global__ void indexer_score_kernel(const std::uint8_t* q_codes, std::int64_t q
 /// select of the k-th largest (score, position) key over 8 passes of 8 bits, then the keys at or above
 /// it sorted (bitonic, descending) in shared memory. One block per query row.
 template <int Threads>
-__global__ void topk_kernel(const float* scores, std::int64_t T, std::int64_t S, std::int64_t start_pos,
-                            std::int64_t row0, std::int64_t k, std::int64_t capacity, std::int32_t* selected,
-                            std::int64_t sel_stride, std::int32_t* count) {
+__global__ void topk_kernel(const float* scores, std::int64_t T, const std::int32_t* position, std::int64_t row0,
+                            std::int64_t k, std::int64_t capacity, std::int32_t* selected, std::int64_t sel_stride,
+                            std::int32_t* count) {
   extern __shared__ unsigned long long keys[];  // [capacity]
   __shared__ unsigned int hist[256];
   __shared__ unsigned long long prefix_shared;
   __shared__ unsigned int filled;
-  const std::int64_t row = row0 + blockIdx.x, s = row % S, visible = start_pos + s + 1;
+  const std::int64_t row = row0 + blockIdx.x, visible = static_cast<std::int64_t>(position[row]) + 1;
   const std::int64_t m = k < visible ? k : visible;
   const float* sc = scores + static_cast<std::int64_t>(blockIdx.x) * T;
   unsigned long long prefix = 0, mask = 0;
@@ -210,14 +218,16 @@ __global__ void sparse_attention_kernel(const bf16_bits* q, std::int64_t q_strid
   }
 }
 
-/// Absorbed MLA decode, one block per sequence b and group of G heads (the selected latents are read
-/// once for the G heads): scores (q_lat . kv_j + q_pe . pe_j) * scale over the selected latents of the
-/// sequence (count read on the device), softmax to bf16, then out = bf16(sum_j p_j kv_j) in the latent
-/// space, each head's sums in the order of j.
+/// Absorbed MLA attention, one block per query b and group of G heads (the selected latents are read
+/// once for the G heads): scores (q_lat . kv_j + q_pe . pe_j) * scale over the selected positions of the
+/// query's sequence (count read on the device; cache rows through its block table), softmax to bf16, then
+/// out = bf16(sum_j p_j kv_j) in the latent space, each head's sums in the order of j.
 template <int Threads, int G>
 __global__ void latent_attention_kernel(const bf16_bits* q_lat, std::int64_t ql_stride, const bf16_bits* q_pe,
                                         std::int64_t qp_stride, const bf16_bits* kv_cache, std::int64_t kv_stride,
-                                        const bf16_bits* pe_cache, std::int64_t pe_stride, std::int64_t cache_rows,
+                                        const bf16_bits* pe_cache, std::int64_t pe_stride,
+                                        const std::int32_t* block_table, std::int64_t bt_stride,
+                                        const std::int32_t* sequence, std::int64_t page_size,
                                         std::int64_t H, std::int64_t C, std::int64_t rope, std::int64_t k,
                                         const std::int32_t* selected, std::int64_t sel_stride,
                                         const std::int32_t* count, float scale, bf16_bits* out,
@@ -230,16 +240,16 @@ __global__ void latent_attention_kernel(const bf16_bits* q_lat, std::int64_t ql_
   float* p = qp + G * rope;      // [G][k]
   const std::int64_t n = count[b];
   const std::int32_t* sel = selected + b * sel_stride;
-  const bf16_bits* kvb = kv_cache + b * cache_rows * kv_stride;
-  const bf16_bits* peb = pe_cache + b * cache_rows * pe_stride;
+  const std::int32_t* table = block_table + static_cast<std::int64_t>(sequence[b]) * bt_stride;
   for (std::int64_t i = threadIdx.x; i < G * C; i += Threads) ql[i] = load_bf16(q_lat + (row0 + i / C) * ql_stride + i % C);
   for (std::int64_t i = threadIdx.x; i < G * rope; i += Threads)
     qp[i] = load_bf16(q_pe + (row0 + i / rope) * qp_stride + i % rope);
   __syncthreads();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   for (std::int64_t j = warp; j < n; j += Threads / 32) {
-    const bf16_bits* kr = kvb + static_cast<std::int64_t>(sel[j]) * kv_stride;
-    const bf16_bits* pr = peb + static_cast<std::int64_t>(sel[j]) * pe_stride;
+    const std::int64_t cache_row = paged_row(table, page_size, sel[j]);
+    const bf16_bits* kr = kv_cache + cache_row * kv_stride;
+    const bf16_bits* pr = pe_cache + cache_row * pe_stride;
     float a[G], c2[G];
 #pragma unroll
     for (int g = 0; g < G; ++g) a[g] = c2[g] = 0.0f;
@@ -266,7 +276,7 @@ __global__ void latent_attention_kernel(const bf16_bits* q_lat, std::int64_t ql_
 #pragma unroll
     for (int g = 0; g < G; ++g) acc[g] = 0.0f;
     for (std::int64_t j = 0; j < n; ++j) {
-      const float kvv = load_bf16(kvb + static_cast<std::int64_t>(sel[j]) * kv_stride + c);
+      const float kvv = load_bf16(kv_cache + paged_row(table, page_size, sel[j]) * kv_stride + c);
 #pragma unroll
       for (int g = 0; g < G; ++g) acc[g] = fmaf(p[g * k + j], kvv, acc[g]);
     }
@@ -285,16 +295,19 @@ struct IndexerArgs {
   std::int64_t hw_stride = 0;             ///< its row stride
   float head_scale = 1.0f;                ///< n_heads^-0.5
   float dim_scale = 1.0f;                 ///< index_head_dim^-0.5
-  const std::uint8_t* k_codes = nullptr;  ///< [max_batch * cache_rows, D]
+  const std::uint8_t* k_codes = nullptr;  ///< [pool rows, D]
   std::int64_t k_stride = 0;              ///< its row stride
-  const float* k_scale = nullptr;         ///< [max_batch * cache_rows, D / 128]
+  const float* k_scale = nullptr;         ///< [pool rows, D / 128]
   std::int64_t ks_stride = 0;             ///< its row stride
-  std::int64_t T = 0;                     ///< query rows (batch * seq)
+  std::int64_t T = 0;                     ///< query rows
   std::int64_t H = 0;                     ///< heads
   std::int64_t D = 0;                     ///< head dim
-  std::int64_t cache_rows = 0;            ///< cache rows per sequence
-  std::int64_t batch = 1;                 ///< sequences
-  std::int64_t start_pos = 0;             ///< position of each sequence's first query
+  const std::int32_t* block_table = nullptr;  ///< [sequences, bt_stride] page ids
+  std::int64_t bt_stride = 0;             ///< its row stride
+  const std::int32_t* sequence = nullptr; ///< [T] each query's block-table row
+  const std::int32_t* position = nullptr; ///< [T] each query's position
+  std::int64_t page_size = 0;             ///< positions per page
+  std::int64_t max_visible = 0;           ///< the most positions a query sees (host-side bound)
   std::int32_t* selected = nullptr;       ///< [T, k]
   std::int64_t sel_stride = 0;            ///< its row stride
   std::int64_t k = 0;                     ///< its columns
@@ -306,7 +319,7 @@ struct IndexerArgs {
 inline void run_indexer(ExecutionContext<Cuda>& ctx, const IndexerArgs& a) {
   if (a.T == 0) return;
   DSV32_CHECK(a.D % kBlockSize == 0, invalid_argument, "CUDA indexer: head dim ", a.D, " is not a multiple of 128");
-  const std::int64_t S = a.T / a.batch, keys = a.start_pos + S;
+  const std::int64_t keys = a.max_visible;
   char* scratch = static_cast<char*>(ctx.scratch());
   float* weight = reinterpret_cast<float*>(scratch);
   const std::size_t weight_bytes = detail::align_scratch(static_cast<std::size_t>(a.T * a.H) * 4);
@@ -327,10 +340,10 @@ inline void run_indexer(ExecutionContext<Cuda>& ctx, const IndexerArgs& a) {
     const dim3 grid(static_cast<unsigned>(ceil_div(keys, kIndexerKeys)), static_cast<unsigned>(rows));
     indexer_score_kernel<kIndexerKeys><<<grid, kIndexerKeys, score_smem, ctx.stream()>>>(
         a.q_codes, a.q_stride, a.q_scale, a.qs_stride, weight, a.k_codes, a.k_stride, a.k_scale, a.ks_stride, a.H, a.D,
-        S, a.cache_rows, a.start_pos, row0, scores, keys);
+        a.block_table, a.bt_stride, a.sequence, a.position, a.page_size, row0, scores, keys);
     DSV32_CUDA_CHECK_LAUNCH("indexer_score_kernel");
     topk_kernel<1024><<<static_cast<unsigned>(rows), 1024, plan.topk_smem, ctx.stream()>>>(
-        scores, keys, S, a.start_pos, row0, a.k, plan.sort_capacity, a.selected, a.sel_stride, a.count);
+        scores, keys, a.position, row0, a.k, plan.sort_capacity, a.selected, a.sel_stride, a.count);
     DSV32_CUDA_CHECK_LAUNCH("topk_kernel");
   }
 }
@@ -350,29 +363,36 @@ inline void launch_sparse_attention(ExecutionContext<Cuda>& ctx, const bf16_bits
   DSV32_CUDA_CHECK_LAUNCH("sparse_attention_kernel");
 }
 
+/// \brief A ragged pass's paged-cache arrays as the attention kernels take them (CachePages).
+struct PagedArgs {
+  const std::int32_t* block_table = nullptr;  ///< [sequences, bt_stride] page ids
+  std::int64_t bt_stride = 0;                 ///< its row stride
+  const std::int32_t* sequence = nullptr;     ///< [queries] each query's block-table row
+  std::int64_t page_size = 0;                 ///< positions per page
+};
+
 namespace detail {
 template <int G>
 void launch_latent_group(ExecutionContext<Cuda>& ctx, std::size_t smem, unsigned blocks, const bf16_bits* q_lat,
                          std::int64_t ql_stride, const bf16_bits* q_pe, std::int64_t qp_stride,
                          const bf16_bits* kv_cache, std::int64_t kv_stride, const bf16_bits* pe_cache,
-                         std::int64_t pe_stride, std::int64_t cache_rows, std::int64_t H, std::int64_t C,
+                         std::int64_t pe_stride, const PagedArgs& pg, std::int64_t H, std::int64_t C,
                          std::int64_t rope, std::int64_t k, const std::int32_t* selected, std::int64_t sel_stride,
                          const std::int32_t* count, float scale, bf16_bits* out, std::int64_t out_stride) {
   prepare_smem(latent_attention_kernel<256, G>, smem, ctx.smem_optin(), "latent_attention_kernel");
-  latent_attention_kernel<256, G><<<blocks, 256, smem, ctx.stream()>>>(q_lat, ql_stride, q_pe, qp_stride, kv_cache,
-                                                                       kv_stride, pe_cache, pe_stride, cache_rows, H, C,
-                                                                       rope, k, selected, sel_stride, count, scale, out,
-                                                                       out_stride);
+  latent_attention_kernel<256, G><<<blocks, 256, smem, ctx.stream()>>>(
+      q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride, pe_cache, pe_stride, pg.block_table, pg.bt_stride,
+      pg.sequence, pg.page_size, H, C, rope, k, selected, sel_stride, count, scale, out, out_stride);
   DSV32_CUDA_CHECK_LAUNCH("latent_attention_kernel");
 }
 }  // namespace detail
 
-/// \brief Launches latent_attention_kernel for one token of each of `batch` sequences, with as many
-///        heads per block as plan_latent_attention() fits (8, 4, 2 or 1).
+/// \brief Launches latent_attention_kernel for `batch` queries (each of its own sequence, cache rows
+///        through `pg`), with as many heads per block as plan_latent_attention() fits (8, 4, 2 or 1).
 inline void launch_latent_attention(ExecutionContext<Cuda>& ctx, const bf16_bits* q_lat, std::int64_t ql_stride,
                                     const bf16_bits* q_pe, std::int64_t qp_stride, const bf16_bits* kv_cache,
                                     std::int64_t kv_stride, const bf16_bits* pe_cache, std::int64_t pe_stride,
-                                    std::int64_t cache_rows, std::int64_t batch, std::int64_t H, std::int64_t C,
+                                    const PagedArgs& pg, std::int64_t batch, std::int64_t H, std::int64_t C,
                                     std::int64_t rope, const std::int32_t* selected, std::int64_t sel_stride,
                                     std::int64_t k, const std::int32_t* count, float scale, bf16_bits* out,
                                     std::int64_t out_stride) {
@@ -382,22 +402,22 @@ inline void launch_latent_attention(ExecutionContext<Cuda>& ctx, const bf16_bits
   switch (plan.heads_per_block) {
     case 8:
       detail::launch_latent_group<8>(ctx, plan.smem, blocks, q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride,
-                                     pe_cache, pe_stride, cache_rows, H, C, rope, k, selected, sel_stride, count, scale,
+                                     pe_cache, pe_stride, pg, H, C, rope, k, selected, sel_stride, count, scale,
                                      out, out_stride);
       break;
     case 4:
       detail::launch_latent_group<4>(ctx, plan.smem, blocks, q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride,
-                                     pe_cache, pe_stride, cache_rows, H, C, rope, k, selected, sel_stride, count, scale,
+                                     pe_cache, pe_stride, pg, H, C, rope, k, selected, sel_stride, count, scale,
                                      out, out_stride);
       break;
     case 2:
       detail::launch_latent_group<2>(ctx, plan.smem, blocks, q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride,
-                                     pe_cache, pe_stride, cache_rows, H, C, rope, k, selected, sel_stride, count, scale,
+                                     pe_cache, pe_stride, pg, H, C, rope, k, selected, sel_stride, count, scale,
                                      out, out_stride);
       break;
     default:
       detail::launch_latent_group<1>(ctx, plan.smem, blocks, q_lat, ql_stride, q_pe, qp_stride, kv_cache, kv_stride,
-                                     pe_cache, pe_stride, cache_rows, H, C, rope, k, selected, sel_stride, count, scale,
+                                     pe_cache, pe_stride, pg, H, C, rope, k, selected, sel_stride, count, scale,
                                      out, out_stride);
   }
 }

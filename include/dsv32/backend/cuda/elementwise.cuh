@@ -115,17 +115,17 @@ __global__ void hadamard_kernel(bf16_bits* x, std::int64_t stride, std::int64_t 
   for (std::int64_t i = threadIdx.x; i < n; i += Threads) store_bf16(row + i, __fmul_rn(v[i], scale));
 }
 
-/// In place, rows (token, head) of [tokens * heads, rope]: row r sits at position
-/// start_pos + (r / heads) % seq; pairs (2i, 2i+1) or (i, i + d/2) rotated in f32, rounded once.
+/// In place, rows (token, head) of [tokens * heads, rope]: row r sits at position positions[r / heads];
+/// pairs (2i, 2i+1) or (i, i + d/2) rotated in f32, rounded once.
 template <int Threads>
 __global__ void rope_kernel(bf16_bits* x, std::int64_t stride, std::int64_t rows, std::int64_t dim, std::int64_t heads,
-                            std::int64_t seq, std::int64_t start_pos, const float* cos, const float* sin,
+                            const std::int32_t* positions, const float* cos, const float* sin,
                             std::int64_t table_stride, bool interleaved) {
   const std::int64_t half = dim / 2, total = rows * half;
   for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(Threads) + threadIdx.x; e < total;
        e += static_cast<std::int64_t>(gridDim.x) * Threads) {
     const std::int64_t r = e / half, i = e % half;
-    const std::int64_t pos = start_pos + (r / heads) % seq;
+    const std::int64_t pos = positions[r / heads];
     const float c = cos[pos * table_stride + i], s = sin[pos * table_stride + i];
     bf16_bits* row = x + r * stride;
     bf16_bits* pa = interleaved ? row + 2 * i : row + i;
@@ -182,6 +182,14 @@ __global__ void gather_rows_kernel(const bf16_bits* x, std::int64_t x_stride, co
                                    bf16_bits* out, std::int64_t o_stride) {
   const std::int64_t i = blockIdx.x, src = rows[i];
   for (std::int64_t c = threadIdx.x; c < d; c += Threads) out[i * o_stride + c] = x[src * x_stride + c];
+}
+
+/// dst[rows[i]] = src[i] for [n, d] rows of any trivially copyable T.
+template <int Threads, class T>
+__global__ void scatter_rows_kernel(const T* src, std::int64_t s_stride, const std::int32_t* rows, std::int64_t d,
+                                    T* dst, std::int64_t d_stride) {
+  const std::int64_t i = blockIdx.x, to = rows[i];
+  for (std::int64_t c = threadIdx.x; c < d; c += Threads) dst[to * d_stride + c] = src[i * s_stride + c];
 }
 
 /// y[rows[i]] += f32(src[i]) * weight[i], in order of i: one thread per column walks the rows, so that
@@ -272,11 +280,11 @@ inline void launch_hadamard(ExecutionContext<Cuda>& ctx, bf16_bits* x, std::int6
 
 /// \brief Launches rope_kernel on [rows, dim] (rows `stride` apart) in place.
 inline void launch_rope(ExecutionContext<Cuda>& ctx, bf16_bits* x, std::int64_t stride, std::int64_t rows,
-                        std::int64_t dim, std::int64_t heads, std::int64_t seq, std::int64_t start_pos,
-                        const float* cos, const float* sin, std::int64_t table_stride, bool interleaved) {
+                        std::int64_t dim, std::int64_t heads, const std::int32_t* positions, const float* cos,
+                        const float* sin, std::int64_t table_stride, bool interleaved) {
   if (rows * dim == 0) return;
-  rope_kernel<256><<<grid_for(rows * dim / 2), 256, 0, ctx.stream()>>>(x, stride, rows, dim, heads, seq, start_pos,
-                                                                        cos, sin, table_stride, interleaved);
+  rope_kernel<256><<<grid_for(rows * dim / 2), 256, 0, ctx.stream()>>>(x, stride, rows, dim, heads, positions, cos, sin,
+                                                                        table_stride, interleaved);
   DSV32_CUDA_CHECK_LAUNCH("rope_kernel");
 }
 
@@ -301,6 +309,16 @@ inline void launch_gather_rows(ExecutionContext<Cuda>& ctx, const bf16_bits* x, 
   gather_rows_kernel<kRowThreads><<<static_cast<unsigned>(n), kRowThreads, 0, ctx.stream()>>>(x, x_stride, rows, d, out,
                                                                                               o_stride);
   DSV32_CUDA_CHECK_LAUNCH("gather_rows_kernel");
+}
+
+/// \brief Launches scatter_rows_kernel: dst[rows[i]] = src[i] for i < n.
+template <class T>
+void launch_scatter_rows(ExecutionContext<Cuda>& ctx, const T* src, std::int64_t s_stride, const std::int32_t* rows,
+                         std::int64_t n, std::int64_t d, T* dst, std::int64_t d_stride) {
+  if (n * d == 0) return;
+  scatter_rows_kernel<kRowThreads, T><<<static_cast<unsigned>(n), kRowThreads, 0, ctx.stream()>>>(src, s_stride, rows, d,
+                                                                                                  dst, d_stride);
+  DSV32_CUDA_CHECK_LAUNCH("scatter_rows_kernel");
 }
 
 /// \brief Launches scatter_add_kernel: y[rows[i]] += src[i] * weight[i] (rows, weight may be null).

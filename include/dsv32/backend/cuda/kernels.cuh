@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "dsv32/backend/backend.hpp"
 #include "dsv32/backend/cuda/attention.cuh"
@@ -118,11 +119,11 @@ struct Kernels<Cuda> {
                            codes.stride, s.data, s.stride, 1);
   }
   // in place, rows (token, head) of [tokens * heads, rope_dim]
-  /// \brief Rotates rows in place in f32, rounding to bf16; row r sits at position start_pos + (r / heads) % seq_len.
-  static void rope(Context& ctx, Mat<bf16> x, std::int64_t heads, std::int64_t seq_len, std::int64_t start_pos,
+  /// \brief Rotates rows in place in f32, rounding to bf16; row r sits at position positions[r / heads].
+  static void rope(Context& ctx, Mat<bf16> x, std::int64_t heads, Vec<const std::int32_t> positions,
                    Mat<const float> cos, Mat<const float> sin, bool interleaved) {
-    cuda::launch_rope(ctx, b16(x.data), x.stride, x.rows, x.cols, heads, seq_len, start_pos, cos.data, sin.data,
-                      cos.stride, interleaved);
+    cuda::launch_rope(ctx, b16(x.data), x.stride, x.rows, x.cols, heads, positions.data, cos.data, sin.data, cos.stride,
+                      interleaved);
   }
   // in place, [rows, n]
   /// \brief In-place Walsh-Hadamard transform of each row scaled by n^-0.5, f32 inside.
@@ -132,13 +133,13 @@ struct Kernels<Cuda> {
   static void silu_mul(Context& ctx, Mat<const bf16> a, Mat<const bf16> b, Mat<bf16> out) {
     cuda::launch_silu_mul(ctx, b16(a.data), a.stride, b16(b.data), b.stride, b16(out.data), out.stride, a.rows, a.cols);
   }
-  // q [B * S * H, D], k cache [max_batch * max_seq, D] -> selected [B * S, k], count [B * S]
-  /// \brief The lightning indexer's selection for every query of the call (scores, then top-k), on the device.
+  // q [T * H, D], paged k cache [pool rows, D] -> selected [T, k], count [T]
+  /// \brief The lightning indexer's selection for every query of a ragged pass (scores, then top-k), on
+  ///        the device; query i sees positions [0, pages.position[i]] of its sequence.
   static void indexer_topk(Context& ctx, Mat<const std::uint8_t> q_codes, Mat<const float> q_scale,
                            Mat<const bf16> head_weights, float head_scale, float dim_scale,
-                           Mat<const std::uint8_t> k_codes, Mat<const float> k_scale, std::int64_t cache_rows,
-                           std::int64_t batch, std::int64_t start_pos, Mat<std::int32_t> selected,
-                           Vec<std::int32_t> count) {
+                           Mat<const std::uint8_t> k_codes, Mat<const float> k_scale, const CachePages<Space>& pages,
+                           Mat<std::int32_t> selected, Vec<std::int32_t> count) {
     cuda::IndexerArgs a;
     a.q_codes = q_codes.data;
     a.q_stride = q_codes.stride;
@@ -155,9 +156,12 @@ struct Kernels<Cuda> {
     a.T = head_weights.rows;
     a.H = head_weights.cols;
     a.D = q_codes.cols;
-    a.cache_rows = cache_rows;
-    a.batch = batch;
-    a.start_pos = start_pos;
+    a.block_table = pages.block_table.data;
+    a.bt_stride = pages.block_table.stride;
+    a.sequence = pages.sequence.data;
+    a.position = pages.position.data;
+    a.page_size = pages.page_size;
+    a.max_visible = pages.max_visible;
     a.selected = selected.data;
     a.sel_stride = selected.stride;
     a.k = selected.cols;
@@ -173,16 +177,18 @@ struct Kernels<Cuda> {
                                   k_pe.stride, heads, nope, k_pe.cols, v, selected.data, selected.stride, selected.cols,
                                   count.data, scale, b16(out.data), out.stride);
   }
-  // B tokens (one per sequence): q_lat [B H, C], q_pe [B H, rope], caches -> [B H, C]
-  /// \brief MLA decode attention in the absorbed form for one token of each sequence.
+  // T queries of a ragged pass: q_lat [T H, C], q_pe [T H, rope], paged caches -> [T H, C]
+  /// \brief MLA attention in the absorbed form for every query of a ragged pass, over its own
+  ///        sequence's selected positions.
   static void latent_attention(Context& ctx, Mat<const bf16> q_lat, Mat<const bf16> q_pe, Mat<const bf16> kv_cache,
-                               Mat<const bf16> pe_cache, std::int64_t cache_rows, std::int64_t heads,
+                               Mat<const bf16> pe_cache, const CachePages<Space>& pages, std::int64_t heads,
                                Mat<const std::int32_t> selected, Vec<const std::int32_t> count, float scale,
                                Mat<bf16> out) {
+    const cuda::PagedArgs pg{pages.block_table.data, pages.block_table.stride, pages.sequence.data, pages.page_size};
     cuda::launch_latent_attention(ctx, b16(q_lat.data), q_lat.stride, b16(q_pe.data), q_pe.stride, b16(kv_cache.data),
-                                  kv_cache.stride, b16(pe_cache.data), pe_cache.stride, cache_rows, selected.rows,
-                                  heads, q_lat.cols, pe_cache.cols, selected.data, selected.stride, selected.cols,
-                                  count.data, scale, b16(out.data), out.stride);
+                                  kv_cache.stride, b16(pe_cache.data), pe_cache.stride, pg, selected.rows, heads,
+                                  q_lat.cols, pe_cache.cols, selected.data, selected.stride, selected.cols, count.data,
+                                  scale, b16(out.data), out.stride);
   }
   // [T H, nope] (strided rows of q) -> [T H, C]
   /// \brief Projects q_nope into the latent space through wkv_b's key rows.
@@ -280,6 +286,15 @@ struct Kernels<Cuda> {
   /// \brief out[i] = x[rows[i]].
   static void gather_rows(Context& ctx, Mat<const bf16> x, Vec<const std::int32_t> rows, Mat<bf16> out) {
     cuda::launch_gather_rows(ctx, b16(x.data), x.stride, rows.data, rows.size, x.cols, b16(out.data), out.stride);
+  }
+  // [n, d] -> rows of [R, d]
+  /// \brief dst[rows[i]] = src[i] (distinct rows): a pass's latents, keys and scales into their cache slots.
+  template <class T>
+  static void scatter_rows(Context& ctx, Mat<const T> src, Vec<const std::int32_t> rows, Mat<T> dst) {
+    if constexpr (std::is_same_v<T, bf16>)
+      cuda::launch_scatter_rows(ctx, b16(src.data), src.stride, rows.data, rows.size, src.cols, b16(dst.data), dst.stride);
+    else
+      cuda::launch_scatter_rows(ctx, src.data, src.stride, rows.data, rows.size, src.cols, dst.data, dst.stride);
   }
   // y[rows[i]] += src[i] * weight[i]
   /// \brief y[rows[i]] += f32(src[i]) * weight[i] in order of i; empty rows mean row i, empty weights 1.
