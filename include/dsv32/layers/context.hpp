@@ -93,16 +93,19 @@ struct PassSequence {
   std::int64_t row = 0;        ///< its first row in the pass's activations
   std::int64_t tokens = 0;     ///< its rows: tokens at positions [start_pos, start_pos + tokens)
   std::int64_t start_pos = 0;  ///< position of its first token
-  /// Attends through keys and values expanded by wkv_b (the reference's prefill arithmetic) rather
-  /// than in the latent space (its decode arithmetic).
-  bool expanded = false;
+  /// Its first rows that attend through keys and values expanded by wkv_b (the reference's prefill
+  /// arithmetic: positions below SequenceSlice::expanded_end); the others attend in the latent space
+  /// (its decode arithmetic).
+  std::int64_t expanded = 0;
   /// Its first page when its pages [0, end) are consecutive in the pool (its cache rows are then
   /// rows [first_page * page_size, ...) of the pool, read in place), else -1.
   std::int64_t first_page = -1;
-  std::int64_t gather = 0;     ///< expanded and not consecutive: its cache rows at gather rows [gather, gather + end)
+  std::int64_t gather = 0;     ///< expanded and not consecutive: its cache rows at gather rows [gather, gather + expanded_end_pos())
 
   /// \brief One past its last position.
   std::int64_t end_pos() const noexcept { return start_pos + tokens; }
+  /// \brief One past its last expanded position (the keys the expanded rows see).
+  std::int64_t expanded_end_pos() const noexcept { return start_pos + expanded; }
 };
 
 /// \brief The state of one forward pass shared by all layers: the ragged layout of its sequences,

@@ -98,8 +98,8 @@ class MLA {
         softmax_scale_(mla_softmax_scale(kQk, o)) {}
 
   /// \brief Writes the pass's latents and rotated keys into the layer's cache (ctx.layer_cache(), at
-  ///        ctx.slots), runs the indexer, and attends: the sequences marked `expanded` through keys and
-  ///        values expanded by wkv_b (the reference's prefill), every other token in the latent space
+  ///        ctx.slots), runs the indexer, and attends: each sequence's first `expanded` rows through keys
+  ///        and values expanded by wkv_b (the reference's prefill), every other row in the latent space
   ///        (the reference's decode: wkv_b absorbed into the query and the output).
   /// \param ctx  the pass; each sequence's positions must follow what its cache holds
   /// \param x    [T, dim] normalized block input
@@ -153,11 +153,11 @@ class MLA {
     };
     std::int64_t run = 0;  // first row of the current run of latent rows
     for (const PassSequence& q : ctx.sequences) {
-      if (!q.expanded) continue;
+      if (q.expanded == 0) continue;
       attend_latent(run, q.row);
-      run = q.row + q.tokens;
-      // the expanded path: wkv_b over every cached latent of the sequence, then attention on the keys
-      const std::int64_t end = q.end_pos();
+      run = q.row + q.expanded;  // its later rows (if any) attend in the latent space
+      // the expanded path: wkv_b over every cached latent the expanded rows see, then attention on the keys
+      const std::int64_t end = q.expanded_end_pos();
       MatrixView<const bf16, space> lat, pe;
       if (q.first_page >= 0) {
         lat = latent.middle_rows(q.first_page * P, end);
@@ -172,9 +172,10 @@ class MLA {
       }
       s.keys.resize(Shape{end, H * (kNope + kV)});  // [end, H, nope + v]
       wkv_b_.forward(ctx, lat, s.keys.mat());
-      K::sparse_attention(exec, s.q.mat().middle_rows(q.row, q.tokens), s.keys.mat(), pe, H, kNope, kV,
-                          sel.positions.mat().middle_rows(q.row, q.tokens), sel.count.vec().subview(q.row, q.tokens),
-                          softmax_scale_, s.o.mat().middle_rows(q.row, q.tokens));
+      K::sparse_attention(exec, s.q.mat().middle_rows(q.row, q.expanded), s.keys.mat(), pe, H, kNope, kV,
+                          sel.positions.mat().middle_rows(q.row, q.expanded),
+                          sel.count.vec().subview(q.row, q.expanded), softmax_scale_,
+                          s.o.mat().middle_rows(q.row, q.expanded));
     }
     attend_latent(run, T);
     wo_.forward(ctx, s.o.mat(), out);

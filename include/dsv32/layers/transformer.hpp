@@ -69,13 +69,6 @@ struct ForwardOptions {
   ///        same bit for bit and a prefill does about a third less work on the 671B slice (1/61 on the
   ///        full model). Always on with all_positions or an observer (which see every row).
   bool full_last_block = false;
-  /// \brief Every token attends in the latent space, as a decode step does (wkv_b absorbed into the
-  ///        query and the output), prompts included. A token's result then does not depend on how its
-  ///        sequence's prompt is split into passes nor on what else the pass holds: the serving engine
-  ///        runs this way. By default (false) a pass of more than one token of a sequence ending at or
-  ///        before RuntimeOptions::absorbed_prefill_from expands keys and values through wkv_b, as the
-  ///        reference's prefill does (its rounding; what the golden prefills reproduce exactly).
-  bool latent_prefill = false;
 };
 
 /// \brief One sequence of a ragged forward pass: its tokens, where they sit, where its cache is.
@@ -87,6 +80,13 @@ struct SequenceSlice {
   /// holding the new positions) must belong to no other sequence of the pass.
   std::span<const std::int32_t> pages;
   bool logits = true;  ///< return logits at its last token (or every token, ForwardOptions::all_positions)
+  /// Positions below this attend in the reference's prefill arithmetic — keys and values expanded
+  /// through wkv_b, as its forward() does for a prompt (FP8 models quantize the latents for that
+  /// product) — and the others in its decode arithmetic (wkv_b absorbed into the query and the output).
+  /// 0: every position in the decode arithmetic. At most RuntimeOptions::absorbed_prefill_from. A
+  /// position's result depends only on which arithmetic it takes and on the tokens before it, never on
+  /// how its sequence is split into passes nor on the other sequences of a pass.
+  std::int64_t expanded_end = 0;
 };
 
 /// \brief One parameter as listed by Transformer::tensors(): checkpoint name, dtype, local shape.
@@ -467,13 +467,15 @@ class Transformer {
     Logits out{batch, positions, Config::vocab_size, {}};
     if (opts.all_positions) out.values.resize(static_cast<std::size_t>(batch * seq * Config::vocab_size));
     std::vector<SequenceSlice> slices(static_cast<std::size_t>(batch));
-    // consecutive passes of `chunk` tokens per sequence; sequence b's cache is page b
+    // consecutive passes of `chunk` tokens per sequence; sequence b's cache is page b. A pass of more
+    // than one token ending at or before absorbed_prefill_from expands its keys (the reference's prefill).
     for (std::int64_t first = 0; first < seq; first += chunk) {
-      const std::int64_t len = std::min(chunk, seq - first);
+      const std::int64_t len = std::min(chunk, seq - first), end = start_pos + first + len;
+      const std::int64_t expanded = len > 1 && end <= options_.absorbed_prefill_from ? end : 0;
       for (std::int64_t b = 0; b < batch; ++b)
         slices[b] = SequenceSlice{tokens.subspan(static_cast<std::size_t>(b * seq + first), static_cast<std::size_t>(len)),
                                   start_pos + first, std::span<const std::int32_t>(rect_pages_).subspan(static_cast<std::size_t>(b), 1),
-                                  true};
+                                  true, expanded};
       Logits l = run(slices, own_cache_, opts);
       for (std::int64_t b = 0; b < batch; ++b) filled_[b] = std::max(filled_[b], start_pos + first + len);
       if (!opts.all_positions) {
@@ -513,7 +515,7 @@ class Transformer {
   /// is the caller's to ensure (the engine's bookkeeping).
   /// \param sequences the pass's sequences, in the order of the logits returned
   /// \param cache     the paged caches it reads and writes
-  /// \param opts      every position's logits or only the last; latent_prefill; an observer
+  /// \param opts      every position's logits or only the last; an observer
   /// \return logits [rows, 1, vocab_size]: one row per sequence with `logits` set, at its last token
   ///         (with all_positions: one per token of those sequences), in pass order
   /// \throws Error(state) when the weights are not loaded
@@ -562,13 +564,16 @@ class Transformer {
       ps.row = L.rows;
       ps.tokens = len;
       ps.start_pos = q.start_pos;
-      ps.expanded = !opts.latent_prefill && len > 1 && end <= options_.absorbed_prefill_from;
+      DSV32_CHECK(q.expanded_end >= 0 && q.expanded_end <= options_.absorbed_prefill_from, invalid_argument,
+                  "forward: sequence ", b, "'s expanded_end ", q.expanded_end, " is outside [0, absorbed_prefill_from = ",
+                  options_.absorbed_prefill_from, "]");
+      ps.expanded = std::clamp(q.expanded_end - q.start_pos, std::int64_t{0}, len);
       bool consecutive = true;
       for (std::int64_t i = 1; i < need && consecutive; ++i) consecutive = table[i] == table[0] + i;
       ps.first_page = consecutive ? table[0] : -1;
-      if (ps.expanded && !consecutive) {
+      if (ps.expanded > 0 && !consecutive) {
         ps.gather = L.gathered;
-        L.gathered += end;
+        L.gathered += ps.expanded_end_pos();
       }
       for (std::int64_t p = q.start_pos; p < end; ++p) written.push_back(table[p / P] * P + p % P);
       L.rows += len;
@@ -619,8 +624,9 @@ class Transformer {
         seq[r] = static_cast<std::int32_t>(b);
         slot[r] = static_cast<std::int32_t>(pages[p / P] * P + p % P);
       }
-      if (ps.expanded && ps.first_page < 0)
-        for (std::int64_t p = 0; p < ps.end_pos(); ++p) gather[ps.gather + p] = static_cast<std::int32_t>(pages[p / P] * P + p % P);
+      if (ps.expanded > 0 && ps.first_page < 0)
+        for (std::int64_t p = 0; p < ps.expanded_end_pos(); ++p)
+          gather[ps.gather + p] = static_cast<std::int32_t>(pages[p / P] * P + p % P);
     }
     std::copy(L.logit_rows.begin(), L.logit_rows.end(), rows);
     s.meta.resize(Shape{total});

@@ -134,6 +134,12 @@ struct Request {
   /// Log-probabilities: -1 none; 0 the chosen token's; n > 0 also the n most likely (at most 20).
   std::int64_t logprobs = -1;
   bool keep_logits = false;  ///< keep the logits of the last token chosen (RequestResult::last_logits)
+  /// Positions below this take the reference's prefill arithmetic (SequenceSlice::expanded_end), the
+  /// later ones (the rest of the prompt, the completion) its decode arithmetic; -1: the whole prompt.
+  /// Above the model's absorbed_prefill_from every position takes the decode arithmetic, as
+  /// Transformer::forward() does for long prompts. The reference's generate() prefills its batch up to
+  /// the shortest prompt: that length here replays it exactly.
+  std::int64_t prefill_positions = -1;
   StreamCallback on_token;   ///< streams completion tokens (may be empty)
 };
 
@@ -315,6 +321,9 @@ class Engine {
     state->owner = this;
     state->result.stats.prompt_tokens = static_cast<std::int64_t>(request.prompt.size());
     auto seq = std::make_unique<Sequence>(std::move(request), state);
+    const auto prompt = static_cast<std::int64_t>(seq->req.prompt.size());
+    const std::int64_t k = seq->req.prefill_positions < 0 ? prompt : std::min(seq->req.prefill_positions, prompt);
+    seq->expanded_end = k <= model_.options().absorbed_prefill_from ? k : 0;
     std::unique_lock<std::mutex> lock(mu_);
     DSV32_CHECK(!stopped_, state, "Engine::submit: the engine has stopped");
     DSV32_CHECK(options_.max_waiting == 0 || waiting_count_ + static_cast<std::int64_t>(incoming_.size()) < options_.max_waiting,
@@ -424,6 +433,7 @@ class Engine {
     std::int64_t computed = 0;         // positions [0, computed) are in its pages
     std::vector<std::int32_t> pages;   // its block table
     std::vector<std::uint64_t> keys;   // prefix keys of its full pages, in order
+    std::int64_t expanded_end = 0;     // positions below take the reference's prefill arithmetic
     Sampler sampler;
     SamplingRng rng;
     RequestResult out;
@@ -519,11 +529,12 @@ class Engine {
       Sequence& s = *waiting_.front();
       const auto len = static_cast<std::int64_t>(s.tokens.size());
       // the longest cached prefix of full pages, leaving at least one token to compute
-      s.pages = pool_->match(s.tokens, (len - 1) / P);
+      s.pages = pool_->match(s.tokens, (len - 1) / P, [&](std::int64_t j) { return page_tag(s, j); });
       s.keys.clear();
       std::uint64_t key = PagePool::kRootKey;
       for (std::size_t j = 0; j < s.pages.size(); ++j) {
-        key = PagePool::page_key(key, std::span(s.tokens).subspan(j * static_cast<std::size_t>(P), static_cast<std::size_t>(P)));
+        key = PagePool::page_key(key, std::span(s.tokens).subspan(j * static_cast<std::size_t>(P), static_cast<std::size_t>(P)),
+                                 page_tag(s, static_cast<std::int64_t>(j)));
         s.keys.push_back(key);
       }
       s.computed = static_cast<std::int64_t>(s.pages.size()) * P;
@@ -555,7 +566,8 @@ class Engine {
       const Sequence& s = *p.seq;
       slices.push_back({std::span<const std::int32_t>(s.tokens).subspan(static_cast<std::size_t>(s.computed),
                                                                          static_cast<std::size_t>(p.tokens)),
-                        s.computed, s.pages, s.computed + p.tokens == static_cast<std::int64_t>(s.tokens.size())});
+                        s.computed, s.pages, s.computed + p.tokens == static_cast<std::int64_t>(s.tokens.size()),
+                        s.expanded_end});
     }
     Logits logits;
     try {
@@ -578,7 +590,8 @@ class Engine {
         const std::size_t j = s.keys.size();
         s.keys.push_back(pool_->register_page(s.pages[j], j ? s.keys[j - 1] : PagePool::kRootKey,
                                                std::span<const std::int32_t>(s.tokens).subspan(j * static_cast<std::size_t>(P),
-                                                                                               static_cast<std::size_t>(P))));
+                                                                                               static_cast<std::size_t>(P)),
+                                               page_tag(s, static_cast<std::int64_t>(j))));
       }
       if (s.computed == static_cast<std::int64_t>(s.tokens.size())) choose(s, logits.row(row++));
     }
@@ -589,10 +602,12 @@ class Engine {
     return true;
   }
 
-  ForwardOptions pass_options() const {
-    ForwardOptions o;
-    o.latent_prefill = true;
-    return o;
+  ForwardOptions pass_options() const { return {}; }
+
+  // The tag of page j of `s`: how many of its positions take the prefill arithmetic (a page computed
+  // otherwise holds other bits, so it must not be shared).
+  std::uint32_t page_tag(const Sequence& s, std::int64_t j) const {
+    return static_cast<std::uint32_t>(std::clamp<std::int64_t>(s.expanded_end - j * plan_.page_size, 0, plan_.page_size));
   }
 
   // Gives `s` pages for positions [0, end). When the pool is empty: preempts the most recently
@@ -735,7 +750,7 @@ class Engine {
   }
 
   // Model parallelism: a step's plan as integers, sent by rank 0 (null: the end).
-  // [n, then per sequence: start_pos, tokens, pages, logits][tokens...][pages...]
+  // [n, then per sequence: start_pos, tokens, pages, logits, expanded_end][tokens...][pages...]
   void broadcast_plan(const std::vector<SequenceSlice>* slices) {
     CommunicatorBase* comm = model_.parallel().comm;
     std::vector<std::int64_t> plan;
@@ -743,7 +758,7 @@ class Engine {
       plan.push_back(static_cast<std::int64_t>(slices->size()));
       for (const SequenceSlice& s : *slices)
         plan.insert(plan.end(), {s.start_pos, static_cast<std::int64_t>(s.tokens.size()),
-                                 static_cast<std::int64_t>(s.pages.size()), s.logits ? 1 : 0});
+                                 static_cast<std::int64_t>(s.pages.size()), s.logits ? 1 : 0, s.expanded_end});
       for (const SequenceSlice& s : *slices) plan.insert(plan.end(), s.tokens.begin(), s.tokens.end());
       for (const SequenceSlice& s : *slices) plan.insert(plan.end(), s.pages.begin(), s.pages.end());
     }
@@ -754,19 +769,22 @@ class Engine {
 
   // A follower's pass from rank 0's plan.
   void run_plan(const std::vector<std::int64_t>& plan) {
+    constexpr std::size_t F = 5;  // fields per sequence
     const auto n = static_cast<std::size_t>(plan[0]);
-    std::vector<std::int32_t> tokens, pages;
-    std::size_t at = 1 + 4 * n;
+    auto field = [&](std::size_t i, std::size_t f) { return plan[1 + F * i + f]; };
     std::size_t total_tokens = 0, total_pages = 0;
-    for (std::size_t i = 0; i < n; ++i) total_tokens += static_cast<std::size_t>(plan[2 + 4 * i]), total_pages += static_cast<std::size_t>(plan[3 + 4 * i]);
-    for (std::size_t i = 0; i < total_tokens; ++i) tokens.push_back(static_cast<std::int32_t>(plan[at++]));
-    for (std::size_t i = 0; i < total_pages; ++i) pages.push_back(static_cast<std::int32_t>(plan[at++]));
+    for (std::size_t i = 0; i < n; ++i)
+      total_tokens += static_cast<std::size_t>(field(i, 1)), total_pages += static_cast<std::size_t>(field(i, 2));
+    std::vector<std::int32_t> tokens(total_tokens), pages(total_pages);
+    std::size_t at = 1 + F * n;
+    for (auto& t : tokens) t = static_cast<std::int32_t>(plan[at++]);
+    for (auto& p : pages) p = static_cast<std::int32_t>(plan[at++]);
     std::vector<SequenceSlice> slices(n);
     std::size_t t = 0, p = 0;
     for (std::size_t i = 0; i < n; ++i) {
-      const auto nt = static_cast<std::size_t>(plan[2 + 4 * i]), np = static_cast<std::size_t>(plan[3 + 4 * i]);
-      slices[i] = {std::span<const std::int32_t>(tokens).subspan(t, nt), plan[1 + 4 * i],
-                   std::span<const std::int32_t>(pages).subspan(p, np), plan[4 + 4 * i] != 0};
+      const auto nt = static_cast<std::size_t>(field(i, 1)), np = static_cast<std::size_t>(field(i, 2));
+      slices[i] = {std::span<const std::int32_t>(tokens).subspan(t, nt), field(i, 0),
+                   std::span<const std::int32_t>(pages).subspan(p, np), field(i, 3) != 0, field(i, 4)};
       t += nt, p += np;
     }
     (void)model_.forward(slices, cache_, pass_options());

@@ -101,9 +101,9 @@ class PagePool {
     }
   }
 
-  /// \brief The prefix key of a page holding `tokens` after the prefix keyed `parent`.
-  static std::uint64_t page_key(std::uint64_t parent, std::span<const std::int32_t> tokens) noexcept {
-    std::uint64_t h = parent ^ 0xD6E8FEB86659FD93ull;
+  /// \brief The prefix key of a page holding `tokens`, computed as `tag` says, after the prefix keyed `parent`.
+  static std::uint64_t page_key(std::uint64_t parent, std::span<const std::int32_t> tokens, std::uint32_t tag = 0) noexcept {
+    std::uint64_t h = (parent ^ 0xD6E8FEB86659FD93ull) + tag * 0xA24BAED4963EE407ull;
     for (const std::int32_t t : tokens) {
       h ^= static_cast<std::uint32_t>(t);
       h *= 0x100000001B3ull;
@@ -114,45 +114,56 @@ class PagePool {
     return h ^ (h >> 31);
   }
 
-  /// \brief The longest run of cached or used pages that hold `tokens` from position 0, page by page
-  ///        (full pages only, at most `max_pages`): each is held once more by the caller (refcount +1)
-  ///        and listed in order. With prefix caching off: none.
+  /// \brief The longest run of cached or used pages that hold `tokens` from position 0, page by page,
+  ///        each computed as its tag says (full pages only, at most `max_pages`): each is held once more
+  ///        by the caller (refcount +1) and listed in order. With prefix caching off: none.
   /// \param tokens    the prefix to look up (its partial last page is ignored)
   /// \param max_pages the most pages to share
-  std::vector<std::int32_t> match(std::span<const std::int32_t> tokens, std::int64_t max_pages) {
+  /// \param tag       tag(i): the tag page i must carry (how the caller would compute its positions)
+  template <class Tag>
+  std::vector<std::int32_t> match(std::span<const std::int32_t> tokens, std::int64_t max_pages, Tag&& tag) {
     std::vector<std::int32_t> out;
     if (!caching_) return out;
     std::uint64_t key = kRootKey;
     const std::int64_t full = static_cast<std::int64_t>(tokens.size()) / page_size_;
     for (std::int64_t i = 0; i < std::min(full, max_pages); ++i) {
       const auto page_tokens = tokens.subspan(static_cast<std::size_t>(i * page_size_), static_cast<std::size_t>(page_size_));
-      const std::uint64_t next = page_key(key, page_tokens);
+      const std::uint32_t t = tag(i);
+      const std::uint64_t next = page_key(key, page_tokens, t);
       const auto it = index_.find(next);
       if (it == index_.end()) break;
       const Page& p = pages_[static_cast<std::size_t>(it->second)];
-      if (p.parent != key || !std::equal(p.tokens.begin(), p.tokens.end(), page_tokens.begin(), page_tokens.end())) break;
+      if (p.parent != key || p.tag != t ||
+          !std::equal(p.tokens.begin(), p.tokens.end(), page_tokens.begin(), page_tokens.end()))
+        break;
       hold(it->second);
       out.push_back(it->second);
       key = next;
     }
     return out;
   }
+  /// \brief match() of pages tagged 0.
+  std::vector<std::int32_t> match(std::span<const std::int32_t> tokens, std::int64_t max_pages) {
+    return match(tokens, max_pages, [](std::int64_t) { return std::uint32_t{0}; });
+  }
 
-  /// \brief Registers full page `page` (held by the caller) as holding `tokens` after the prefix keyed
-  ///        `parent`, unless a page with that key exists already; returns the key, the parent of the
-  ///        sequence's next page. With prefix caching off nothing is registered.
+  /// \brief Registers full page `page` (held by the caller) as holding `tokens`, computed as `tag` says,
+  ///        after the prefix keyed `parent`, unless a page with that key exists already; returns the key,
+  ///        the parent of the sequence's next page. With prefix caching off nothing is registered.
   /// \throws Error(invalid_argument) unless tokens has page_size() entries; Error(state) for a page not held
-  std::uint64_t register_page(std::int32_t page, std::uint64_t parent, std::span<const std::int32_t> tokens) {
+  std::uint64_t register_page(std::int32_t page, std::uint64_t parent, std::span<const std::int32_t> tokens,
+                              std::uint32_t tag = 0) {
     check_id(page);
     DSV32_CHECK(static_cast<std::int64_t>(tokens.size()) == page_size_, invalid_argument, "PagePool: a full page holds ",
                 page_size_, " tokens, got ", tokens.size());
     Page& p = pages_[static_cast<std::size_t>(page)];
     DSV32_CHECK(p.refs > 0, state, "PagePool: page ", page, " registered but not held");
-    const std::uint64_t key = page_key(parent, tokens);
+    const std::uint64_t key = page_key(parent, tokens, tag);
     if (!caching_ || p.registered || index_.count(key)) return key;
     p.registered = true;
     p.key = key;
     p.parent = parent;
+    p.tag = tag;
     p.tokens.assign(tokens.begin(), tokens.end());
     index_.emplace(key, page);
     return key;
@@ -163,6 +174,7 @@ class PagePool {
     std::int32_t refs = 0;
     bool registered = false;
     std::uint64_t key = 0, parent = 0;
+    std::uint32_t tag = 0;
     std::vector<std::int32_t> tokens;      // a registered page's tokens, compared on lookup
     std::list<std::int32_t>::iterator lru;  // its place in lru_ while cached
   };

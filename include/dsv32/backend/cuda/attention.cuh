@@ -52,7 +52,7 @@ __global__ void indexer_score_kernel(const std::uint8_t* q_codes, std::int64_t q
   std::uint8_t* q = smem + 256 * 4;                                   // [H][D]
   std::uint8_t* k = q + ((H * D + 15) / 16) * 16;                     // [Keys][D + 4]
   const std::int64_t row = row0 + blockIdx.y;                         // the query row of the call
-  const std::int32_t* table = block_table + static_cast<std::int64_t>(sequence[row]) * bt_stride;
+  const std::int32_t* pages = block_table + static_cast<std::int64_t>(sequence[row]) * bt_stride;
   const std::int64_t visible = static_cast<std::int64_t>(position[row]) + 1;
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * Keys;
   if (t0 >= visible) return;
@@ -61,13 +61,13 @@ __global__ void indexer_score_kernel(const std::uint8_t* q_codes, std::int64_t q
   for (std::int64_t i = threadIdx.x; i < H * D; i += Keys) q[i] = q_codes[(row * H + i / D) * q_stride + i % D];
   for (std::int64_t i = threadIdx.x; i < Keys * D; i += Keys) {
     const std::int64_t kt = t0 + i / D;
-    k[(i / D) * kpitch + i % D] = kt < visible ? k_codes[paged_row(table, page_size, kt) * k_stride + i % D] : 0;
+    k[(i / D) * kpitch + i % D] = kt < visible ? k_codes[paged_row(pages, page_size, kt) * k_stride + i % D] : 0;
   }
   __syncthreads();
   const std::int64_t t = t0 + threadIdx.x;
   if (t >= visible) return;
   const std::uint8_t* kr = k + threadIdx.x * kpitch;
-  const float* ks = k_scale + paged_row(table, page_size, t) * ks_stride;
+  const float* ks = k_scale + paged_row(pages, page_size, t) * ks_stride;
   float acc = 0.0f;
   for (std::int64_t h = 0; h < H; ++h) {
     const std::uint8_t* qh = q + h * D;
