@@ -1,7 +1,7 @@
 /// \file
 /// \brief Umbrella header of the optional tokenizer component (CMake target `dsv32::tokenizer`,
 ///        which links PCRE2): dsv32::Tokenizer, dsv32::StreamDecoder, dsv32::ChatTemplate,
-///        dsv32::ChatOutputParser.
+///        DeepSeek-V3.2's encoding (dsv32::deepseek_v3_2), dsv32::ChatOutputParser.
 ///
 /// \code
 /// #include <dsv32/tokenizer.hpp>
@@ -27,10 +27,15 @@
 #include "dsv32/tokenizer/added_vocabulary.hpp"
 #include "dsv32/tokenizer/bpe_model.hpp"
 #include "dsv32/tokenizer/byte_level.hpp"
+#include "dsv32/tokenizer/chat_format.hpp"
 #include "dsv32/tokenizer/chat_output.hpp"
+#include "dsv32/tokenizer/chat_reply.hpp"
 #include "dsv32/tokenizer/chat_template.hpp"
+#include "dsv32/tokenizer/deepseek_v3_2_completion.hpp"
+#include "dsv32/tokenizer/deepseek_v3_2_encoding.hpp"
 #include "dsv32/tokenizer/hf_json.hpp"
 #include "dsv32/tokenizer/pre_tokenizer.hpp"
+#include "dsv32/tokenizer/python_json.hpp"
 #include "dsv32/tokenizer/regex.hpp"
 #include "dsv32/tokenizer/tokenizer.hpp"
 #include "dsv32/tokenizer/utf8.hpp"

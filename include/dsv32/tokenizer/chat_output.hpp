@@ -1,9 +1,9 @@
 /// \file
-/// \brief dsv32::ChatOutputParser — structured output of DeepSeek-V3.2-Exp replies, parsed as the
-///        tokens arrive: reasoning, answer, tool calls.
+/// \brief dsv32::ChatOutputParser — structured output of DeepSeek's replies, parsed as the tokens
+///        arrive: reasoning, answer, tool calls (DeepSeek-V3.2-Exp's format, and DeepSeek-V3.2's).
 ///
-/// A reply generated after the chat template's generation prompt has this shape (the markers are
-/// single tokens; see dsv32::chat_tokens):
+/// **DeepSeek-V3.2-Exp** (and V3): a reply generated after the chat template's generation prompt
+/// has this shape (the markers are single tokens; see dsv32::chat_tokens):
 ///
 ///     [reasoning </think>] answer [<｜tool▁calls▁begin｜> call... <｜tool▁calls▁end｜>] [<｜end▁of▁sentence｜>]
 ///     call := <｜tool▁call▁begin｜> name <｜tool▁sep｜> arguments <｜tool▁call▁end｜>
@@ -13,7 +13,12 @@
 /// parser turns pushed token ids (or text) into ChatOutputDelta values — the reasoning and answer
 /// text each input completes, and each tool call as soon as its `<｜tool▁call▁end｜>` arrives —
 /// and keeps the whole ChatOutput; ChatOutput::message() is the assistant message to put back
-/// into the conversation (the answer and the calls, without the reasoning).
+/// into the conversation.
+///
+/// **DeepSeek-V3.2** (ChatFormat::deepseek_v3_2): the reply is text with DSML tool calls, parsed by
+/// deepseek_v3_2::CompletionScanner (see deepseek_v3_2_completion.hpp for the grammar): the same
+/// message as deepseek_v3_2::parse_completion() whatever the chunks, each call delivered at its
+/// `</｜DSML｜invoke`, and malformed output handed back as content instead of thrown.
 #pragma once
 
 #include <array>
@@ -26,7 +31,10 @@
 #include <vector>
 
 #include "dsv32/core/error.hpp"
+#include "dsv32/tokenizer/chat_format.hpp"
+#include "dsv32/tokenizer/chat_reply.hpp"
 #include "dsv32/tokenizer/chat_template.hpp"
+#include "dsv32/tokenizer/deepseek_v3_2_completion.hpp"
 #include "dsv32/tokenizer/tokenizer.hpp"
 #include "dsv32/tokenizer/utf8.hpp"
 
@@ -34,41 +42,6 @@ namespace dsv32 {
 
 /// \addtogroup tokenizer
 /// @{
-
-/// \brief A parsed reply.
-struct ChatOutput {
-  std::string reasoning;             ///< the text before `</think>` (thinking mode)
-  std::string content;               ///< the answer: the text after `</think>`, outside tool calls
-  std::vector<ToolCall> tool_calls;  ///< the calls, in order
-
-  /// \brief The assistant message for the conversation: the answer and the calls, without the
-  ///        reasoning (which the chat template does not keep in the history).
-  ChatMessage message() const { return ChatMessage{"assistant", content, tool_calls}; }
-
-  /// \brief Field-wise equality.
-  friend bool operator==(const ChatOutput&, const ChatOutput&) = default;
-};
-
-/// \brief What one push completed: concatenating the deltas of a stream gives its ChatOutput.
-struct ChatOutputDelta {
-  std::string reasoning;             ///< reasoning text
-  std::string content;               ///< answer text
-  std::vector<ToolCall> tool_calls;  ///< tool calls whose `<｜tool▁call▁end｜>` arrived
-
-  /// \brief Whether the push completed nothing.
-  bool empty() const noexcept { return reasoning.empty() && content.empty() && tool_calls.empty(); }
-};
-
-/// \brief Where a ChatOutputParser is in the reply.
-enum class ChatOutputState {
-  reasoning,       ///< before `</think>`
-  content,         ///< the answer
-  tool_calls,      ///< after `<｜tool▁calls▁begin｜>` or a call's `<｜tool▁call▁end｜>`
-  tool_name,       ///< after `<｜tool▁call▁begin｜>`
-  tool_arguments,  ///< after `<｜tool▁sep｜>`
-  ended,           ///< after `<｜end▁of▁sentence｜>` or finish()
-  failed,          ///< after an error (reset() starts over)
-};
 
 /// \brief Parses a reply as it is generated (see the file description for the grammar).
 ///
@@ -85,19 +58,35 @@ enum class ChatOutputState {
 /// tolerances: a `<think>` opening the reply starts the reasoning, and a `</think>` before any
 /// answer in a reply that had no reasoning is dropped (the template's non-thinking prompt ends
 /// with one).
+///
+/// With ChatFormat::deepseek_v3_2 the reply is DeepSeek-V3.2's (deepseek_v3_2::CompletionScanner):
+/// ids decode as Tokenizer::decode without skipping special tokens (the eos is text of the format),
+/// push() and push_text() throw only for an id without a token, and a reply that breaks the format
+/// is handed back as content from there on: state() becomes ChatOutputState::malformed and
+/// malformed_reason() says why; input after the end is such content too.
 class ChatOutputParser {
  public:
-  /// \brief A parser of text (push_text() only).
+  /// \brief A parser of text (push_text() only) in DeepSeek-V3.2-Exp's format.
   /// \param start ChatOutputState::reasoning when the prompt ended with `<think>`, else
   ///              ChatOutputState::content (see start_state())
   /// \throws Error(invalid_argument) for another start state.
   explicit ChatOutputParser(ChatOutputState start = ChatOutputState::content) { reset(start); }
 
-  /// \brief A parser of token ids of `tokenizer` (and of text).
+  /// \brief A parser of text (push_text() only) in `format` (DeepSeek-V3's replies parse as
+  ///        DeepSeek-V3.2-Exp's).
+  ChatOutputParser(ChatFormat format, ChatOutputState start) : format_(format) { reset(start); }
+
+  /// \brief A parser of token ids of `tokenizer` (and of text), in the tokenizer's chat format
+  ///        (Tokenizer::chat_format(); DeepSeek-V3.2-Exp's when it has none).
   /// \param tokenizer the model's tokenizer; the parser keeps a copy (which shares its tables)
   /// \param start     as for the text parser
   explicit ChatOutputParser(const Tokenizer& tokenizer, ChatOutputState start = ChatOutputState::content)
-      : tokenizer_(tokenizer), decoder_(tokenizer_->stream_decoder(/*skip_special_tokens=*/true)) {
+      : ChatOutputParser(tokenizer, tokenizer.chat_format().value_or(ChatFormat::deepseek_v3_2_exp), start) {}
+
+  /// \brief A parser of token ids of `tokenizer` (and of text) in `format`.
+  ChatOutputParser(const Tokenizer& tokenizer, ChatFormat format, ChatOutputState start)
+      : format_(format), tokenizer_(tokenizer),
+        decoder_(tokenizer_->stream_decoder(/*skip_special_tokens=*/format != ChatFormat::deepseek_v3_2)) {
     for (std::size_t m = 0; m < markers.size(); ++m) {
       if (const auto id = tokenizer_->token_to_id(markers[m])) marker_ids_.push_back({*id, static_cast<Marker>(m)});
     }
@@ -115,6 +104,11 @@ class ChatOutputParser {
   ///         for an id without a token, or an out-of-place marker.
   ChatOutputDelta push(std::int32_t id) {
     if (!tokenizer_) fail(ErrorKind::state, "ChatOutputParser::push(id): this parser has no tokenizer (use push_text)");
+    if (dsml_) {
+      ChatOutputDelta delta;
+      dsml_->push(decoder_->push(id), delta);
+      return delta;
+    }
     check_open();
     ChatOutputDelta delta;
     flush_text(delta);
@@ -133,6 +127,12 @@ class ChatOutputParser {
   /// \throws Error(state) after an error, or for text after the end; Error(invalid_argument) for an out-of-place
   ///         marker.
   ChatOutputDelta push_text(std::string_view input) {
+    if (dsml_) {
+      ChatOutputDelta delta;
+      if (decoder_) dsml_->push(decoder_->finish(), delta);
+      dsml_->push(input, delta);
+      return delta;
+    }
     if (input.empty() && state_ == ChatOutputState::ended) return {};
     check_open();
     ChatOutputDelta delta;
@@ -143,7 +143,7 @@ class ChatOutputParser {
     while (true) {
       const std::size_t lt = rest.find('<', done);
       if (lt == std::string_view::npos) {
-        const std::size_t keep = incomplete_tail(rest.substr(done));
+        const std::size_t keep = utf8::truncated_tail_length(rest.substr(done));
         text(rest.substr(done, rest.size() - done - keep), delta);
         done = rest.size() - keep;
         break;
@@ -186,6 +186,11 @@ class ChatOutputParser {
   ///         rest); Error(state) after an error.
   ChatOutputDelta finish() {
     ChatOutputDelta delta;
+    if (dsml_) {
+      if (decoder_) dsml_->push(decoder_->finish(), delta);
+      dsml_->finish(delta);
+      return delta;
+    }
     if (state_ == ChatOutputState::ended) return delta;
     check_open();
     flush_text(delta);
@@ -204,6 +209,10 @@ class ChatOutputParser {
     if (start != ChatOutputState::reasoning && start != ChatOutputState::content) {
       fail(ErrorKind::invalid_argument, "ChatOutputParser: a reply starts in the reasoning or content state");
     }
+    if (format_ == ChatFormat::deepseek_v3_2) {
+      if (dsml_) dsml_->reset(start == ChatOutputState::reasoning);
+      else dsml_.emplace(start == ChatOutputState::reasoning);
+    }
     state_ = start;
     output_ = {};
     call_ = {};
@@ -214,10 +223,20 @@ class ChatOutputParser {
   }
 
   /// \brief Everything parsed so far.
-  const ChatOutput& output() const noexcept { return output_; }
+  const ChatOutput& output() const noexcept { return dsml_ ? dsml_->output() : output_; }
 
   /// \brief Where the parser is.
-  ChatOutputState state() const noexcept { return state_; }
+  ChatOutputState state() const noexcept { return dsml_ ? dsml_->state() : state_; }
+
+  /// \brief The format parsed.
+  ChatFormat format() const noexcept { return format_; }
+
+  /// \brief DeepSeek-V3.2: what broke the format, with its byte offset ("" while it holds, and
+  ///        always for the other formats, which throw instead).
+  const std::string& malformed_reason() const noexcept {
+    static const std::string none;
+    return dsml_ ? dsml_->malformed_reason() : none;
+  }
 
  private:
   enum class Marker { think_begin, think_end, tool_calls_begin, tool_calls_end, tool_call_begin, tool_sep,
@@ -225,17 +244,6 @@ class ChatOutputParser {
   static constexpr std::array<std::string_view, 8> markers = {
       chat_tokens::think_begin,     chat_tokens::think_end, chat_tokens::tool_calls_begin, chat_tokens::tool_calls_end,
       chat_tokens::tool_call_begin, chat_tokens::tool_sep,  chat_tokens::tool_call_end,    chat_tokens::end_of_sentence};
-
-  // Bytes at the end of `s` that start a UTF-8 character without finishing it.
-  static std::size_t incomplete_tail(std::string_view s) noexcept {
-    for (std::size_t back = 1; back <= 3 && back <= s.size(); ++back) {
-      const std::size_t i = s.size() - back;
-      if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
-        return utf8::inspect_sequence(s, i).status == utf8::SequenceStatus::truncated ? back : 0;
-      }
-    }
-    return 0;
-  }
 
   void check_open() const {
     if (state_ == ChatOutputState::ended) {
@@ -344,6 +352,8 @@ class ChatOutputParser {
     offset_ += markers[static_cast<std::size_t>(marker)].size();
   }
 
+  ChatFormat format_ = ChatFormat::deepseek_v3_2_exp;
+  std::optional<deepseek_v3_2::CompletionScanner> dsml_;  // DeepSeek-V3.2's replies
   std::optional<Tokenizer> tokenizer_;
   std::optional<StreamDecoder> decoder_;
   std::vector<std::pair<std::int32_t, Marker>> marker_ids_;

@@ -82,12 +82,17 @@ struct ToolCall {
 
 /// \brief One message of a conversation.
 ///
-/// `ChatMessage{"user", "Hi"}` is a plain message; the other fields default to "none".
+/// `ChatMessage{"user", "Hi"}` is a plain message; the other fields default to "none". The last
+/// three fields belong to DeepSeek-V3.2's encoding (deepseek_v3_2::encode_messages); the Jinja
+/// templates of DeepSeek-V3 and V3.2-Exp ignore them, as they ignore those keys in JSON.
 struct ChatMessage {
-  std::string role;                    ///< `"system"`, `"user"`, `"assistant"` or `"tool"`
+  std::string role;                    ///< `"system"`, `"user"`, `"assistant"` or `"tool"` (V3.2 also `"developer"`)
   std::string content;                 ///< the text, inserted verbatim (`""` for JSON null)
   std::vector<ToolCall> tool_calls{};  ///< calls made by an assistant message (empty: none)
   bool prefix = false;                 ///< an assistant message to be continued (prefix completion)
+  std::string reasoning_content{};     ///< an assistant message's reasoning (V3.2 prints it after the last user turn)
+  nlohmann::ordered_json tools{};      ///< V3.2, system or developer message: OpenAI-style tool list (null: none)
+  nlohmann::ordered_json response_format{};  ///< V3.2, system or developer message: the reply's schema (null: none)
 
   /// \brief Field-wise equality.
   friend bool operator==(const ChatMessage&, const ChatMessage&) = default;
@@ -439,18 +444,24 @@ inline std::vector<ChatMessage> chat_messages_from_json(const nlohmann::json& me
   return out;
 }
 
-/// \brief nlohmann/json conversion: `{"type": "function", "function": {"name", "arguments"}}`.
-inline void to_json(nlohmann::json& j, const ToolCall& call) {
-  j = nlohmann::json{{"type", "function"},
-                     {"function", nlohmann::json{{"name", call.name}, {"arguments", call.arguments}}}};
+/// \brief nlohmann/json conversion (nlohmann::json or ordered_json): `{"type": "function",
+///        "function": {"name", "arguments"}}`.
+template <class BasicJson>
+void to_json(BasicJson& j, const ToolCall& call) {
+  j = BasicJson{{"type", "function"}, {"function", BasicJson{{"name", call.name}, {"arguments", call.arguments}}}};
 }
 
-/// \brief nlohmann/json conversion: `{"role", "content"}`, plus `"tool_calls"` and `"prefix"` when
-///        set — the form chat_messages_from_json() reads.
-inline void to_json(nlohmann::json& j, const ChatMessage& message) {
-  j = nlohmann::json{{"role", message.role}, {"content", message.content}};
+/// \brief nlohmann/json conversion (nlohmann::json or ordered_json): `{"role", "content"}`, plus `"tool_calls"`, `"prefix"`,
+///        `"reasoning_content"`, `"tools"` and `"response_format"` when set — the form
+///        chat_messages_from_json() and deepseek_v3_2::messages_from_json() read.
+template <class BasicJson>
+void to_json(BasicJson& j, const ChatMessage& message) {
+  j = BasicJson{{"role", message.role}, {"content", message.content}};
   if (!message.tool_calls.empty()) j["tool_calls"] = message.tool_calls;
   if (message.prefix) j["prefix"] = true;
+  if (!message.reasoning_content.empty()) j["reasoning_content"] = message.reasoning_content;
+  if (!message.tools.is_null()) j["tools"] = BasicJson(message.tools);
+  if (!message.response_format.is_null()) j["response_format"] = BasicJson(message.response_format);
 }
 
 /// @}

@@ -26,9 +26,11 @@
 #include <nlohmann/json.hpp>
 
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/filesystem.hpp"
 #include "dsv32/tokenizer/added_vocabulary.hpp"
 #include "dsv32/tokenizer/bpe_model.hpp"
 #include "dsv32/tokenizer/byte_level.hpp"
+#include "dsv32/tokenizer/chat_format.hpp"
 #include "dsv32/tokenizer/chat_template.hpp"
 #include "dsv32/tokenizer/hf_json.hpp"
 #include "dsv32/tokenizer/pre_tokenizer.hpp"
@@ -51,6 +53,11 @@ struct TokenizerOptions {
   /// The rules apply_chat_template() uses when the file's template is not recognized and
   /// require_known_chat_template is false (a recognized template always uses its own rules).
   ChatTemplateKind fallback_chat_template = ChatTemplateKind::deepseek_v3_2_exp;
+  /// The chat format of these files (Tokenizer::chat_format()), when the caller knows it; by
+  /// default it is detected: a recognized template gives its model's format, a
+  /// tokenizer_config.json without a template (or, for from_directory(), an `encoding/` folder
+  /// beside it) DeepSeek-V3.2's.
+  std::optional<ChatFormat> chat_format{};
 };
 
 namespace detail {
@@ -77,6 +84,7 @@ struct TokenizerCore {
   std::optional<std::int32_t> pad_id;
   ChatTemplate chat_template;
   std::optional<ChatTemplateKind> chat_template_kind;  // the file's template, when recognized
+  std::optional<ChatFormat> chat_format;               // chosen by the caller, or detected
   bool require_known_chat_template = true;
 
   std::string_view decoded(std::int32_t id) const noexcept {
@@ -233,6 +241,14 @@ inline std::shared_ptr<const TokenizerCore> build_tokenizer_core(const nlohmann:
   core->chat_template = ChatTemplate(core->chat_template_kind.value_or(options.fallback_chat_template),
                                      core->config.bos_token.value_or(""));
   core->require_known_chat_template = options.require_known_chat_template;
+  if (options.chat_format) {
+    core->chat_format = options.chat_format;
+  } else if (core->chat_template_kind) {
+    core->chat_format = *core->chat_template_kind == ChatTemplateKind::deepseek_v3 ? ChatFormat::deepseek_v3
+                                                                                  : ChatFormat::deepseek_v3_2_exp;
+  } else if (!core->config.chat_template) {
+    core->chat_format = ChatFormat::deepseek_v3_2;  // DeepSeek-V3.2 ships its encoding as Python, no template
+  }
   return core;
 }
 
@@ -246,8 +262,14 @@ class Tokenizer {
   /// \brief Loads `tokenizer.json` and `tokenizer_config.json` from a directory.
   /// \throws Error(io) when a file cannot be read; Error(invalid_file) when one is malformed;
   ///         Error(unsupported) when it asks for something this library does not implement.
+  /// DeepSeek-V3.2's directory holds the encoding module in `encoding/`: its chat format is then
+  /// ChatFormat::deepseek_v3_2 (unless TokenizerOptions::chat_format says otherwise).
   static Tokenizer from_directory(const std::filesystem::path& directory, const TokenizerOptions& options = {}) {
-    return from_files(directory / "tokenizer.json", directory / "tokenizer_config.json", options);
+    TokenizerOptions chosen = options;
+    if (!chosen.chat_format && dsv32::detail::path_is_directory(directory / "encoding")) {
+      chosen.chat_format = ChatFormat::deepseek_v3_2;
+    }
+    return from_files(directory / "tokenizer.json", directory / "tokenizer_config.json", chosen);
   }
 
   /// \brief Loads the two files given by path (errors as from_directory()).
@@ -326,8 +348,10 @@ class Tokenizer {
       const std::optional<std::string>& source = core_->config.chat_template;
       if (!source) {
         fail(ErrorKind::unsupported,
-             "tokenizer_config.json has no chat_template; set TokenizerOptions::require_known_chat_template = "
-             "false to render with the rules of TokenizerOptions::fallback_chat_template");
+             "tokenizer_config.json has no chat_template: its chat format is DeepSeek-V3.2's encoding, which is not a "
+             "Jinja template (render with deepseek_v3_2::encode_messages); set "
+             "TokenizerOptions::require_known_chat_template = false to render with the rules of "
+             "TokenizerOptions::fallback_chat_template");
       }
       fail(ErrorKind::unsupported, "tokenizer_config.json chat_template (", source->size(), " bytes, fingerprint 0x",
            std::hex, ChatTemplate::fingerprint(*source),
@@ -359,6 +383,11 @@ class Tokenizer {
   /// \brief Which implemented template tokenizer_config.json's `chat_template` is, or nullopt when
   ///        it has none or an unknown one.
   std::optional<ChatTemplateKind> chat_template_kind() const noexcept { return core_->chat_template_kind; }
+
+  /// \brief The chat format of these files: TokenizerOptions::chat_format when given; else the
+  ///        format of a recognized template, DeepSeek-V3.2's when tokenizer_config.json has no
+  ///        template (or an `encoding/` folder is beside it), nullopt for an unknown template.
+  std::optional<ChatFormat> chat_format() const noexcept { return core_->chat_format; }
 
   /// \brief The template apply_chat_template() renders with: the file's when recognized, else
   ///        TokenizerOptions::fallback_chat_template's rules (used only when

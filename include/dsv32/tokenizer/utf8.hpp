@@ -12,8 +12,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace dsv32::utf8 {
 
@@ -91,6 +93,30 @@ constexpr bool is_valid(std::string_view s) noexcept { return find_invalid(s) ==
 constexpr std::size_t char_length(std::string_view s, std::size_t i) noexcept {
   const auto b = static_cast<unsigned char>(s[i]);
   return b < 0x80 ? 1 : b < 0xE0 ? 2 : b < 0xF0 ? 3 : 4;
+}
+
+/// \brief Bytes at the end of `s` that start a UTF-8 character without finishing it (0 to 3): what
+///        a streaming parser holds back so that its output is whole characters.
+constexpr std::size_t truncated_tail_length(std::string_view s) noexcept {
+  for (std::size_t back = 1; back <= 3 && back <= s.size(); ++back) {
+    const std::size_t i = s.size() - back;
+    if ((static_cast<unsigned char>(s[i]) & 0xC0) != 0x80) {
+      return inspect_sequence(s, i).status == SequenceStatus::truncated ? back : 0;
+    }
+  }
+  return 0;
+}
+
+/// \brief Decodes the character at `s[i]` (requires `i < s.size()`): its code point and length, or
+///        nullopt when the bytes there are not a complete UTF-8 character.
+constexpr std::optional<std::pair<char32_t, std::size_t>> decode_at(std::string_view s, std::size_t i) noexcept {
+  const Sequence seq = inspect_sequence(s, i);
+  if (seq.status != SequenceStatus::valid) return std::nullopt;
+  const auto b0 = static_cast<unsigned char>(s[i]);
+  if (seq.length == 1) return std::pair<char32_t, std::size_t>{b0, 1};
+  char32_t cp = b0 & (seq.length == 2 ? 0x1F : seq.length == 3 ? 0x0F : 0x07);
+  for (std::size_t k = 1; k < seq.length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
+  return std::pair<char32_t, std::size_t>{cp, seq.length};
 }
 
 /// \brief Appends the UTF-8 encoding of code point `cp` (which must be a Unicode scalar value).
