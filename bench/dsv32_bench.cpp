@@ -41,20 +41,6 @@ namespace {
 using namespace dsv32;
 using Clock = std::chrono::steady_clock;
 
-/// The 671B model's dimensions in two layers: layer 0 dense, layer 1 MoE with 32 routed experts in
-/// 8 groups (4 kept), 8 active, 1 shared; FP8 E4M3 with ue8m0 activation scales.
-struct Slice671BFp8 : Config671B {
-  static constexpr std::string_view name = "deepseek-v3.2-671b-slice-fp8";
-  static constexpr std::int64_t n_layers = 2;
-  static constexpr std::int64_t n_dense_layers = 1;
-  static constexpr std::int64_t n_routed_experts = 32;
-};
-/// The same slice with bf16 weights.
-struct Slice671BBf16 : Slice671BFp8 {
-  static constexpr std::string_view name = "deepseek-v3.2-671b-slice-bf16";
-  static constexpr WeightDType dtype = WeightDType::bf16;
-};
-
 struct Options {
   std::string dtype = "fp8";
   int threads = 0;  // 0: the machine's cores

@@ -30,12 +30,7 @@
 
 namespace {
 
-struct Slice671B : dsv32::Config671B {
-  static constexpr std::string_view name = "671B slice (2 layers, 32 routed experts)";
-  static constexpr std::int64_t n_layers = 2;
-  static constexpr std::int64_t n_dense_layers = 1;
-  static constexpr std::int64_t n_routed_experts = 32;
-};
+using Slice671B = dsv32::Slice671BFp8;  // the 671B slice (2 layers, 32 routed experts)
 
 constexpr std::int64_t kPrefill = 64;
 

@@ -44,6 +44,23 @@ struct Config671B : ConfigDefaults {
   static constexpr bool indexer_rope_interleaved = false;             ///< \copydoc ConfigDefaults::indexer_rope_interleaved
 };
 
+/// \brief The 671B model's dimensions in two layers — layer 0 dense, layer 1 MoE with 32 routed experts
+///        in 8 groups (4 kept), 8 active, 1 shared — FP8 E4M3 with ue8m0 activation scales: the
+///        benchmarks' "671B slice" (dsv32-bench, dsv32-server --random-weights), whose per-layer costs
+///        are the released model's.
+struct Slice671BFp8 : Config671B {
+  static constexpr std::string_view name = "deepseek-v3.2-671b-slice-fp8";  ///< \copydoc ConfigDefaults::name
+  static constexpr std::int64_t n_layers = 2;                               ///< \copydoc ConfigDefaults::n_layers
+  static constexpr std::int64_t n_dense_layers = 1;                         ///< \copydoc ConfigDefaults::n_dense_layers
+  static constexpr std::int64_t n_routed_experts = 32;                      ///< \copydoc ConfigDefaults::n_routed_experts
+};
+
+/// \brief The 671B slice with bf16 weights.
+struct Slice671BBf16 : Slice671BFp8 {
+  static constexpr std::string_view name = "deepseek-v3.2-671b-slice-bf16";  ///< \copydoc ConfigDefaults::name
+  static constexpr WeightDType dtype = WeightDType::bf16;                    ///< \copydoc ConfigDefaults::dtype
+};
+
 /// \brief Golden scenario `tiny_bf16` (vocab 300, dim 96, 3 layers, 8 experts in 2 groups), and the base of
 ///        TinyBf16RopeInterleaved.
 struct TinyBf16 : ConfigDefaults {
@@ -124,7 +141,7 @@ struct TinyFp8PlainScale : TinyFp8Base {
   static constexpr std::optional<bool> gate_bias = false;           ///< \copydoc ConfigDefaults::gate_bias
 };
 
-static_assert(valid_config<Config671B> && valid_config<TinyBf16> && valid_config<TinyBf16RopeInterleaved> &&
+static_assert(valid_config<Config671B> && valid_config<Slice671BFp8> && valid_config<Slice671BBf16> && valid_config<TinyBf16> && valid_config<TinyBf16RopeInterleaved> &&
               valid_config<TinyFp8Ue8m0Yarn> && valid_config<TinyFp8PlainScale>);
 
 /// @}
