@@ -1,5 +1,6 @@
-// dsv32-tokenize: encode text to token ids, decode ids to text, or render a chat with DeepSeek's
-// tokenizer files (tokenizer.json + tokenizer_config.json) — see --help.
+// dsv32-tokenize: encode text to token ids, decode ids to text, render a chat or parse a reply in
+// one of DeepSeek's chat formats, with DeepSeek's tokenizer files (tokenizer.json +
+// tokenizer_config.json) — see --help.
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -17,40 +18,58 @@
 
 namespace {
 
-constexpr std::string_view usage = R"(usage: dsv32-tokenize [--tokenizer DIR] [MODE] [--text TEXT]
+constexpr std::string_view usage = R"(usage: dsv32-tokenize [--tokenizer DIR] [--chat-format NAME] [MODE] [--text TEXT]
 
 Reads TEXT (or standard input) and writes the result to standard output.
 
 modes:
   (default)        encode the text; prints the token ids as a JSON array
   --decode         the input is a JSON array of token ids; prints their text
-  --chat           the input is a JSON object {"messages": [...], "add_generation_prompt":
-                   true|false, "thinking": true|false}; prints the prompt rendered with the
-                   tokenizer's chat template (DeepSeek-V3.2-Exp's or DeepSeek-V3's). Messages
-                   are OpenAI-style: {"role": "system"|"user"|"assistant"|"tool", "content":
-                   "..."}; an assistant message may add "tool_calls": [{"type": "function",
-                   "function": {"name": "...", "arguments": "<JSON text>"}}, ...] (its content
-                   may then be null) and "prefix": true (a reply to be continued)
+  --chat           the input is a conversation; prints the prompt rendered in the chat format
+                   (with --ids, its token ids). DeepSeek-V3.2: a JSON object {"messages": [...],
+                   "thinking_mode": "chat"|"thinking", "drop_thinking": true|false}; messages
+                   {"role": "system"|"developer"|"user"|"assistant"|"tool", "content": "...",
+                   "reasoning_content": "...", "tool_calls": [...], "tools": [...],
+                   "response_format": {...}}, as the model's encoding_dsv32.py reads them.
+                   DeepSeek-V3.2-Exp and V3: {"messages": [...], "add_generation_prompt":
+                   true|false, "thinking": true|false}; messages {"role": "system"|"user"|
+                   "assistant"|"tool", "content": "..."}; an assistant message may add
+                   "tool_calls": [{"type": "function", "function": {"name": "...", "arguments":
+                   "<JSON text>"}}, ...] (its content may then be null) and "prefix": true
+  --parse          the input is a completion (the model's output after the prompt; with --ids,
+                   a JSON array of its token ids); prints the assistant message as JSON
+                   {"role", "content", "reasoning_content", "tool_calls"}. A completion that
+                   breaks the format is an error
 
 options:
   --tokenizer DIR  directory holding tokenizer.json and tokenizer_config.json (default: the
                    environment variable DSV32_TOKENIZER_DIR, else the DeepSeek-V3.2-Exp
                    tokenizer vendored in the dsv32 source tree, when present)
+  --chat-format NAME  deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3 (default: the tokenizer's:
+                   its chat_template's model, DeepSeek-V3.2 when tokenizer_config.json has no
+                   template or an encoding/ folder is beside it). DeepSeek-V3.2-Speciale uses
+                   deepseek-v3.2 in thinking mode
+  --thinking-mode chat|thinking  parse: whether the prompt ended in thinking mode (default chat)
   --text TEXT      use TEXT as input instead of standard input
   --add-special    encode: prepend bos as tokenizer_config.json's add_bos_token says
   --skip-special   decode: leave out special tokens (bos, eos, ...)
-  --ids            chat: print the prompt's token ids (JSON array) instead of its text
+  --ids            chat: print the prompt's token ids (JSON array) instead of its text;
+                   parse: the input is token ids
   --help           print this help
 
 Ids are printed as one JSON array followed by a newline; text is printed exactly, with no newline
-added. Errors go to standard error, with exit status 1 (2 for bad arguments).
+added; a parsed message as one line of JSON (as Python's json.dumps writes it) and a newline.
+Errors go to standard error, with exit status 1 (2 for bad arguments).
 )";
 
 struct Arguments {
   std::optional<std::string> tokenizer_dir;
   std::optional<std::string> text;
+  std::optional<dsv32::ChatFormat> chat_format;
+  std::optional<bool> thinking;  // --thinking-mode
   bool decode = false;
   bool chat = false;
+  bool parse = false;
   bool add_special = false;
   bool skip_special = false;
   bool ids = false;
@@ -80,6 +99,18 @@ Arguments parse_arguments(int argc, char** argv) {
       args.decode = true;
     } else if (arg == "--chat") {
       args.chat = true;
+    } else if (arg == "--parse") {
+      args.parse = true;
+    } else if (arg == "--chat-format") {
+      const std::string name = value();
+      args.chat_format = dsv32::chat_format_from_name(name);
+      if (!args.chat_format) {
+        usage_error("--chat-format: unknown format '" + name + "' (deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3)");
+      }
+    } else if (arg == "--thinking-mode") {
+      const std::string mode = value();
+      if (mode != "chat" && mode != "thinking") usage_error("--thinking-mode: expected chat or thinking, got '" + mode + "'");
+      args.thinking = mode == "thinking";
     } else if (arg == "--add-special") {
       args.add_special = true;
     } else if (arg == "--skip-special") {
@@ -90,10 +121,12 @@ Arguments parse_arguments(int argc, char** argv) {
       usage_error("unknown argument '" + std::string(arg) + "'");
     }
   }
-  if (args.decode && args.chat) usage_error("--decode and --chat exclude each other");
+  if (args.decode + args.chat + args.parse > 1) usage_error("--decode, --chat and --parse exclude each other");
   if (args.skip_special && !args.decode) usage_error("--skip-special applies to --decode only");
-  if (args.ids && !args.chat) usage_error("--ids applies to --chat only");
-  if (args.add_special && (args.decode || args.chat)) usage_error("--add-special applies to encoding only");
+  if (args.ids && !args.chat && !args.parse) usage_error("--ids applies to --chat and --parse only");
+  if (args.add_special && (args.decode || args.chat || args.parse)) usage_error("--add-special applies to encoding only");
+  if (args.thinking && !args.parse) usage_error("--thinking-mode applies to --parse (a --chat request says its own)");
+  if (args.chat_format && !args.chat && !args.parse) usage_error("--chat-format applies to --chat and --parse only");
   if (!args.tokenizer_dir) {
     if (const char* env = std::getenv("DSV32_TOKENIZER_DIR"); env != nullptr && *env != '\0') {
       args.tokenizer_dir = env;
@@ -146,42 +179,90 @@ std::vector<std::int32_t> parse_ids(const nlohmann::json& j) {
 
 void print_ids(const std::vector<std::int32_t>& ids) { std::cout << nlohmann::json(ids).dump() << '\n'; }
 
+constexpr dsv32::ChatTemplateKind template_kind(dsv32::ChatFormat format) {
+  return format == dsv32::ChatFormat::deepseek_v3 ? dsv32::ChatTemplateKind::deepseek_v3
+                                                  : dsv32::ChatTemplateKind::deepseek_v3_2_exp;
+}
+
+// --chat, DeepSeek-V3's and V3.2-Exp's templates: the file's own template, or the one named.
+std::string render_template_chat(const dsv32::Tokenizer& tokenizer, const Arguments& args, const std::string& input) {
+  const nlohmann::json request = parse_json_input(input, "a chat object");
+  if (!request.is_object()) {
+    dsv32::fail(dsv32::ErrorKind::invalid_argument,
+                "expected a JSON object {\"messages\": [...], \"add_generation_prompt\": ...}, found ",
+                request.type_name());
+  }
+  const auto messages = request.find("messages");
+  if (messages == request.end()) dsv32::fail(dsv32::ErrorKind::invalid_argument, "missing field \"messages\"");
+  dsv32::ChatTemplateOptions options;
+  for (const auto& [name, flag] : {std::pair<const char*, bool*>{"add_generation_prompt", &options.add_generation_prompt},
+                                   std::pair<const char*, bool*>{"thinking", &options.thinking}}) {
+    if (const auto value = request.find(name); value != request.end()) {
+      if (!value->is_boolean()) {
+        dsv32::fail(dsv32::ErrorKind::invalid_argument, "\"", name, "\" must be true or false, found ", value->dump());
+      }
+      *flag = value->get<bool>();
+    }
+  }
+  for (const auto& [key, value] : request.items()) {
+    if (key != "messages" && key != "add_generation_prompt" && key != "thinking") {
+      dsv32::fail(dsv32::ErrorKind::invalid_argument, "unknown field \"", key,
+                  "\" (expected \"messages\", \"add_generation_prompt\", \"thinking\")");
+    }
+  }
+  const std::vector<dsv32::ChatMessage> parsed = dsv32::chat_messages_from_json(*messages);
+  if (args.chat_format) {
+    return dsv32::ChatTemplate(template_kind(*args.chat_format), tokenizer.chat_template().bos_token()).render(parsed, options);
+  }
+  return tokenizer.apply_chat_template(parsed, options);
+}
+
+// --parse: the completion (text, or ids decoded with the special tokens) in the chat format.
+dsv32::ChatOutput parse_completion(const dsv32::Tokenizer& tokenizer, dsv32::ChatFormat format, const Arguments& args,
+                                   const std::string& input) {
+  const bool thinking = args.thinking.value_or(false);
+  if (format == dsv32::ChatFormat::deepseek_v3_2) {
+    const std::string text =
+        args.ids ? tokenizer.decode(parse_ids(parse_json_input(input, "an array of token ids"))) : input;
+    return dsv32::deepseek_v3_2::parse_completion(text, thinking);
+  }
+  const auto start = thinking ? dsv32::ChatOutputState::reasoning : dsv32::ChatOutputState::content;
+  dsv32::ChatOutputParser parser(tokenizer, format, start);
+  if (args.ids) {
+    for (const std::int32_t id : parse_ids(parse_json_input(input, "an array of token ids"))) (void)parser.push(id);
+  } else {
+    (void)parser.push_text(input);
+  }
+  (void)parser.finish();
+  return parser.output();
+}
+
 int run(const Arguments& args) {
   const auto tokenizer = dsv32::Tokenizer::from_directory(*args.tokenizer_dir);
   const std::string input = read_input(args);
   if (args.decode) {
     std::cout << tokenizer.decode(parse_ids(parse_json_input(input, "an array of token ids")), args.skip_special);
-  } else if (args.chat) {
-    const nlohmann::json request = parse_json_input(input, "a chat object");
-    if (!request.is_object()) {
-      dsv32::fail(dsv32::ErrorKind::invalid_argument,
-                  "expected a JSON object {\"messages\": [...], \"add_generation_prompt\": ...}, found ",
-                  request.type_name());
-    }
-    const auto messages = request.find("messages");
-    if (messages == request.end()) dsv32::fail(dsv32::ErrorKind::invalid_argument, "missing field \"messages\"");
-    dsv32::ChatTemplateOptions options;
-    for (const auto& [name, flag] : {std::pair<const char*, bool*>{"add_generation_prompt", &options.add_generation_prompt},
-                                     std::pair<const char*, bool*>{"thinking", &options.thinking}}) {
-      if (const auto value = request.find(name); value != request.end()) {
-        if (!value->is_boolean()) {
-          dsv32::fail(dsv32::ErrorKind::invalid_argument, "\"", name, "\" must be true or false, found ",
-                      value->dump());
-        }
-        *flag = value->get<bool>();
-      }
-    }
-    for (const auto& [key, value] : request.items()) {
-      if (key != "messages" && key != "add_generation_prompt" && key != "thinking") {
-        dsv32::fail(dsv32::ErrorKind::invalid_argument, "unknown field \"", key,
-                    "\" (expected \"messages\", \"add_generation_prompt\", \"thinking\")");
-      }
-    }
-    const std::string prompt = tokenizer.apply_chat_template(dsv32::chat_messages_from_json(*messages), options);
-    if (args.ids) {
-      print_ids(tokenizer.encode(prompt));
+  } else if (args.chat || args.parse) {
+    // The format: named, else the tokenizer's (none for an unknown template: apply_chat_template
+    // then says why it refuses it).
+    const std::optional<dsv32::ChatFormat> format = args.chat_format ? args.chat_format : tokenizer.chat_format();
+    if (args.parse) {
+      const dsv32::ChatOutput reply =
+          parse_completion(tokenizer, format.value_or(dsv32::ChatFormat::deepseek_v3_2_exp), args, input);
+      std::cout << dsv32::python_json::dumps(dsv32::deepseek_v3_2::message_json(reply)) << '\n';
     } else {
-      std::cout << prompt;
+      std::string prompt;
+      if (format == dsv32::ChatFormat::deepseek_v3_2) {
+        const auto request = dsv32::deepseek_v3_2::request_from_json(dsv32::python_json::loads(input, "input"));
+        prompt = dsv32::deepseek_v3_2::encode_messages(request.messages, request.options);
+      } else {
+        prompt = render_template_chat(tokenizer, args, input);
+      }
+      if (args.ids) {
+        print_ids(tokenizer.encode(prompt));
+      } else {
+        std::cout << prompt;
+      }
     }
   } else {
     print_ids(tokenizer.encode(input, args.add_special));
