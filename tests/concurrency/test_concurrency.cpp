@@ -5,12 +5,16 @@
 //
 // A Transformer is not shared between threads (it owns its caches); each thread gets its own. A
 // Tokenizer is documented as safe to share: its tables are immutable and its BPE word cache is
-// per thread.
+// per thread. The serving engine is shared: submit(), cancel(), stats() and waiting on handles from
+// any thread while its own thread steps.
 #include <doctest/doctest.h>
 
 #include <dsv32/dsv32.hpp>
+#include <dsv32/serving/engine.hpp>
 #include <dsv32/tokenizer.hpp>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -142,4 +146,68 @@ TEST_CASE("concurrency: two tokenizers, each in its own threads, give the serial
   CHECK(big[1] == serial_big);
   CHECK(tiny_results[0] == serial_small);
   CHECK(tiny_results[1] == serial_small);
+}
+
+TEST_CASE("concurrency: the serving engine takes submissions, cancellations and reads from four threads") {
+  dsv32::ModelArgs args = dsv32::ModelArgs::from_file(kData + "/golden/tiny_bf16/config.json");
+  args.runtime.max_seq_len = 64;
+  dsv32::Transformer<dsv32::TinyBf16> model(args.runtime);
+  dsv32::load_checkpoint(model, kData + "/golden/tiny_bf16");
+  auto request = [](int i) {
+    dsv32::Request r;
+    for (int j = 0; j < 3 + i % 9; ++j) r.prompt.push_back((i * 31 + j * 7) % 300);
+    r.max_new_tokens = 6;
+    r.sampling.temperature = 0;
+    return r;
+  };
+  // each request alone first (a caller-stepped engine), for the expected tokens
+  std::vector<Ids> alone;
+  dsv32::EngineOptions eo;
+  eo.cache_pages = 10;  // 80 positions for up to 4 sequences of up to 17: preemptions happen
+  eo.page_size = 8;
+  eo.max_running = 4;
+  eo.step_tokens = 12;
+  {
+    dsv32::Engine engine(model, eo);
+    for (int i = 0; i < 24; ++i) {
+      const auto h = engine.submit(request(i));
+      engine.run_until_idle();
+      alone.push_back(h.wait().tokens);
+    }
+  }
+  dsv32::Engine engine(model, eo);
+  engine.start();
+  std::vector<dsv32::RequestResult> results(24);
+  std::atomic<bool> reading{true};
+  std::vector<std::function<void()>> jobs;
+  for (int t = 0; t < 3; ++t)
+    jobs.push_back([&, t] {
+      for (int i = t; i < 24; i += 3) {
+        const auto h = engine.submit(request(i));
+        if (i % 5 == 4) engine.cancel(h);
+        results[static_cast<std::size_t>(i)] = h.wait();
+      }
+    });
+  jobs.push_back([&] {  // a reader of the figures meanwhile
+    while (reading.load()) {
+      const dsv32::EngineStats s = engine.stats();
+      CHECK(s.pages_used <= s.pages);
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  });
+  run_at_once({[&] {
+                 std::vector<std::function<void()>> submitters(jobs.begin(), jobs.begin() + 3);
+                 run_at_once(submitters);
+                 reading = false;
+               },
+               jobs[3]});
+  engine.stop();
+  for (int i = 0; i < 24; ++i) {
+    CAPTURE(i);
+    const auto& r = results[static_cast<std::size_t>(i)];
+    if (r.finish == dsv32::FinishReason::cancelled) continue;
+    CHECK(r.tokens == alone[static_cast<std::size_t>(i)]);
+  }
+  CHECK(engine.stats().pages_used == 0);
+  CHECK(engine.stats().finished == 24);
 }

@@ -17,6 +17,7 @@
 #include <dsv32/io/checkpoint.hpp>
 #include <dsv32/io/convert.hpp>
 #include <dsv32/mpi.hpp>
+#include <dsv32/serving/engine.hpp>
 #include <dsv32/testing/host_invisible.hpp>
 
 #include <algorithm>
@@ -317,6 +318,46 @@ TEST_CASE("GenerationGroup over MPI: greedy tokens of 16 steps equal one rank's;
   o.on_token = nullptr;
   CHECK(group.generate(prompts, o).sequences[1].tokens == one.sequences[1].tokens);
   group.finish();
+}
+
+TEST_CASE("the serving engine over MPI: rank 0 schedules, rank 1 follows; the tokens of one rank") {
+  Checkpoints ck;
+  dsv32::RuntimeOptions o = runtime_options();
+  o.max_seq_len = 64;
+  dsv32::EngineOptions eo;
+  eo.cache_pages = 12;
+  eo.page_size = 8;
+  eo.max_running = 3;
+  eo.step_tokens = 10;
+  std::vector<dsv32::Request> requests;
+  for (int i = 0; i < 5; ++i) {
+    dsv32::Request r;
+    for (int j = 0; j < 3 + 6 * i; ++j) r.prompt.push_back((j * 53 + 17 * i + 5) % 512);
+    r.max_new_tokens = 8;
+    r.sampling.temperature = 0;  // greedy: two ranks' logits differ from one rank's in rounding only
+    requests.push_back(r);
+  }
+  dsv32::Transformer<MpTestBf16Config> model(o, dsv32::Parallel::from(mpi()));
+  dsv32::run_collectively(&mpi(), "loading", [&] { dsv32::load_checkpoint(model, ck.hf); });
+  dsv32::Engine engine(model, eo);
+  if (mpi().rank() != 0) {
+    engine.follow();
+    return;
+  }
+  std::vector<dsv32::RequestHandle> handles;
+  for (const auto& r : requests) handles.push_back(engine.submit(r));
+  engine.run_until_idle();
+  engine.stop();  // rank 1's follow() returns
+  dsv32::Transformer<MpTestBf16Config> one_rank(o);
+  dsv32::load_checkpoint(one_rank, ck.hf);
+  dsv32::Engine alone(one_rank, eo);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    CAPTURE(i);
+    const auto h = alone.submit(requests[i]);
+    alone.run_until_idle();
+    CHECK(handles[i].wait().tokens.size() == 8);
+    CHECK(handles[i].wait().tokens == h.wait().tokens);
+  }
 }
 
 TEST_CASE("a rank that cannot load makes every rank throw the same error, naming it") {

@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <dsv32/dsv32.hpp>
+#include <dsv32/io/checkpoint.hpp>
 #include <dsv32/serving/engine.hpp>
 #include <dsv32/testing/host_invisible.hpp>
 
@@ -17,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "io/mp_test_support.hpp"
+#include "support/temp_dir.hpp"
 #include "support/test_support.hpp"
 
 // a named namespace: the unit suite compiles this file in one unity source with the other model tests
@@ -440,6 +443,57 @@ TEST_CASE("Engine on its own thread: submissions and cancellations from several 
   engine.stop();
   CHECK(engine.stats().pages_used == 0);
   CHECK(engine.stats().finished == 12);
+}
+
+TEST_CASE("Engine over two thread ranks: rank 0 schedules, rank 1 follows; the tokens of one rank") {
+  dsv32::test::TempDir dir("engine_ranks");
+  dsv32_test::write_random_hf_checkpoint<dsv32_test::MpTestBf16Config>(dir.path / "hf");
+  dsv32::RuntimeOptions o = dsv32_test::runtime_options();
+  o.max_seq_len = 64;
+  dsv32::EngineOptions eo;
+  eo.cache_pages = 12;
+  eo.page_size = 8;
+  eo.max_running = 3;
+  eo.step_tokens = 10;
+  std::vector<dsv32::Request> requests;
+  for (int i = 0; i < 5; ++i) {
+    dsv32::Request r;
+    r.prompt = random_tokens(static_cast<std::size_t>(3 + 6 * i), static_cast<std::uint32_t>(70 + i), 512);
+    r.max_new_tokens = 8;
+    r.sampling.temperature = 0;
+    requests.push_back(r);
+  }
+  std::vector<Tokens> one_rank;
+  {
+    dsv32::Transformer<dsv32_test::MpTestBf16Config> model(o);
+    dsv32::load_checkpoint(model, dir.path / "hf");
+    dsv32::Engine engine(model, eo);
+    std::vector<dsv32::RequestHandle> hs;
+    for (const auto& r : requests) hs.push_back(engine.submit(r));
+    engine.run_until_idle();
+    for (const auto& h : hs) one_rank.push_back(h.wait().tokens);
+  }
+  std::vector<Tokens> two_ranks;
+  dsv32_test::on_thread_ranks(2, [&](int rank, dsv32::ThreadCommunicator<>& comm) {
+    dsv32::Transformer<dsv32_test::MpTestBf16Config> model(o, dsv32::Parallel::from(comm));
+    dsv32::load_checkpoint(model, dir.path / "hf");
+    dsv32::Engine engine(model, eo);
+    if (rank != 0) {
+      engine.follow();
+      return;
+    }
+    engine.start();
+    std::vector<dsv32::RequestHandle> hs;
+    for (const auto& r : requests) hs.push_back(engine.submit(r));
+    for (const auto& h : hs) two_ranks.push_back(h.wait().tokens);
+    engine.stop();  // rank 1's follow() returns
+  });
+  REQUIRE(two_ranks.size() == requests.size());
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    CAPTURE(i);
+    CHECK(two_ranks[i].size() == 8);
+    CHECK(two_ranks[i] == one_rank[i]);
+  }
 }
 
 }  // namespace engine_test

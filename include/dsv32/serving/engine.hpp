@@ -289,6 +289,11 @@ class Engine {
     l.max_tokens = options_.step_tokens;
     l.page_size = options_.page_size;
     model.reserve(l);
+    if (world_ > 1) {  // every rank's pool must hold the pages rank 0 hands out
+      const std::string shape = detail::concat(plan_.pages, ' ', plan_.page_size, ' ', options_.max_running, ' ',
+                                               options_.step_tokens);
+      check_same_on_all_ranks(model.parallel().comm, shape, "the engine's pool and step limits (EngineOptions)");
+    }
     cache_ = KvCache<backend_type>(args, plan_.pages, plan_.page_size);
     pool_ = std::make_unique<PagePool>(plan_.pages, plan_.page_size, options_.prefix_caching);
     publish_stats();
@@ -393,7 +398,9 @@ class Engine {
     }
   }
 
-  /// \brief On ranks other than 0: runs the passes rank 0's engine sends until it stops.
+  /// \brief On ranks other than 0: runs the passes rank 0's engine sends until it stops. A pass that
+  ///        fails its checks fails on every rank alike (rank 0 fails its requests and goes on; so does
+  ///        this rank).
   /// \throws Error(state) on rank 0
   void follow() {
     DSV32_CHECK(rank_ != 0, state, "Engine::follow: rank 0 runs the engine");
@@ -405,7 +412,10 @@ class Engine {
       if (size == 0) return;
       plan.resize(static_cast<std::size_t>(size));
       comm->broadcast_host(std::as_writable_bytes(std::span(plan)), 0);
-      run_plan(plan);
+      try {
+        run_plan(plan);
+      } catch (const Error&) {  // refused before any collective, as on rank 0
+      }
     }
   }
 
