@@ -103,6 +103,11 @@ input, as text (builds with the tokenizer component only):
   --tokenizer DIR      directory with tokenizer.json and tokenizer_config.json (default: the
                        checkpoint directory when it holds tokenizer.json, else DeepSeek-V3.2-Exp's
                        tokenizer vendored in the dsv32 source tree, if present)
+  --chat-format NAME   deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3: how prompts are rendered and
+                       replies parsed (default: the tokenizer's; DeepSeek-V3.2's when its
+                       tokenizer_config.json has no chat template or an encoding/ folder is beside
+                       it). DeepSeek-V3.2's replies carry DSML tool calls; V3.2-Speciale is
+                       deepseek-v3.2 with --thinking
   --prompt "TEXT"      one text prompt; the completion is printed as text, streamed
   --text               --batch-file lines are text prompts
   --raw                encode text prompts as they are (with bos) instead of as a user message
@@ -112,10 +117,11 @@ input, as text (builds with the tokenizer component only):
                        input quits; replies are streamed and kept in the conversation.
                        "/tool TEXT" answers the tool calls of the last reply with TEXT (a tool
                        message) and generates what follows
-  --thinking           thinking mode of DeepSeek-V3.2-Exp's chat template (--prompt, --chat,
+  --thinking           thinking mode of DeepSeek-V3.2-Exp's and V3.2's chat formats (--prompt, --chat,
                        --batch-file --text): the reply starts with reasoning, shown apart from the
-                       answer (dimmed on a terminal, else between <think> and </think>); only the
-                       answer is kept in the conversation
+                       answer (dimmed on a terminal, else between <think> and </think>); the
+                       conversation keeps the answer (DeepSeek-V3.2: and the reasoning of the turns
+                       since the last user message, as its encoding prints them)
   --replay-ids FILE    no model: each generation "produces" the token ids of the next line of FILE
                        (one line per prompt and turn; eos ends it early). For tests and demos of
                        the text display
@@ -165,6 +171,7 @@ struct Arguments {
   std::optional<fs::path> tokenizer;
   std::optional<std::string> prompt_text;
   std::optional<fs::path> replay_ids;
+  std::optional<std::string> chat_format;  // --chat-format, checked where the tokenizer is
   bool text = false, raw = false, chat = false, thinking = false, quiet = false, fp8_fast = false;
   dsv32::GenerateOptions gen;
   bool eos_given = false;
@@ -239,6 +246,8 @@ Arguments parse_arguments(int argc, char** argv) {
       a.chat = true;
     } else if (arg == "--thinking") {
       a.thinking = true;
+    } else if (arg == "--chat-format") {
+      a.chat_format = value();
     } else if (arg == "--replay-ids") {
       a.replay_ids = value();
     } else if (arg == "--quiet") {
@@ -281,13 +290,18 @@ Arguments parse_arguments(int argc, char** argv) {
   if (a.raw && !(a.prompt_text || a.text)) usage_error("--raw applies to text prompts (--prompt, --batch-file --text)");
   if (a.thinking && (a.raw || !(a.prompt_text || a.text || a.chat)))
     usage_error("--thinking applies to chat-template prompts (--prompt, --chat, --batch-file --text), not --raw");
+  if (a.chat_format && (a.raw || !(a.prompt_text || a.text || a.chat)))
+    usage_error("--chat-format applies to chat-template prompts (--prompt, --chat, --batch-file --text), not --raw");
   if (a.replay_ids && a.checkpoint) usage_error("--replay-ids replaces the model: give it or --checkpoint");
   if (a.replay_ids && a.world_size > 1) usage_error("--replay-ids replaces the model: it runs on one rank");
   if (a.prompt_ids && a.batch_file && *a.prompt_ids == "-" && *a.batch_file == "-")
     usage_error("standard input can be read once");
-#if !defined(DSV32_GENERATE_WITH_TOKENIZER)
-  if (a.prompt_text || a.text || a.chat || a.tokenizer || a.thinking)
-    usage_error("text input (--prompt, --text, --chat, --tokenizer, --thinking) needs the tokenizer component, which this build "
+#if defined(DSV32_GENERATE_WITH_TOKENIZER)
+  if (a.chat_format && !dsv32::chat_format_from_name(*a.chat_format))
+    usage_error("--chat-format: unknown format '" + *a.chat_format + "' (deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3)");
+#else
+  if (a.prompt_text || a.text || a.chat || a.tokenizer || a.thinking || a.chat_format)
+    usage_error("text input (--prompt, --text, --chat, --tokenizer, --thinking, --chat-format) needs the tokenizer component, which this build "
                 "of dsv32-generate does not have (configure with PCRE2 and DSV32_BUILD_TOKENIZER=ON)");
 #endif
   return a;
@@ -590,16 +604,18 @@ bool dim_reasoning() {
 #endif
 }
 
-// Prints one reply as its tokens arrive. A chat-template reply goes through ChatOutputParser: the
-// reasoning apart from the answer (dimmed, or between <think> and </think>), each tool call as a
-// JSON line; a reply that breaks DeepSeek's output format is shown as generated from there on. A
+// Prints one reply as its tokens arrive. A chat-template reply goes through ChatOutputParser (in the
+// chat format): the reasoning apart from the answer (dimmed, or between <think> and </think>), each
+// tool call as a JSON line; a reply that breaks DeepSeek's output format is shown as generated from
+// there on, with a warning on standard error. A
 // --raw reply is plain decoded text. Ids the tokenizer lacks (a model's padding rows of the
 // vocabulary, which random weights do produce) print as U+FFFD, and standard error names the first
 // such id of each reply: the text alone would not show that the model chose a token with no text.
 class ReplyPrinter {
  public:
-  ReplyPrinter(const dsv32::Tokenizer& tok, std::ostream& out, bool dim)
-      : tok_(tok), out_(out), parser_(tok), plain_(tok.stream_decoder(/*skip_special_tokens=*/true)), dim_(dim) {}
+  ReplyPrinter(const dsv32::Tokenizer& tok, dsv32::ChatFormat format, std::ostream& out, bool dim)
+      : tok_(tok), out_(out), parser_(tok, format, dsv32::ChatOutputState::content),
+        plain_(tok.stream_decoder(/*skip_special_tokens=*/true)), dim_(dim) {}
 
   // A new reply to `prompt` (the rendered chat template), or a --raw reply (nullopt).
   void start(const std::optional<std::string>& prompt) {
@@ -609,6 +625,7 @@ class ReplyPrinter {
     plain_text_.clear();
     in_reasoning_ = false;
     warned_ = false;
+    warned_malformed_ = false;
     last_ = '\0';
   }
 
@@ -622,6 +639,7 @@ class ReplyPrinter {
     if (structured_) {
       try {
         show(tok_.contains(id) ? parser_.push(id) : parser_.push_text(dsv32::utf8::replacement_character));
+        warn_malformed();
         return;
       } catch (const dsv32::Error& e) {
         std::cout << std::flush;
@@ -637,6 +655,7 @@ class ReplyPrinter {
     if (structured_) {
       try {
         show(parser_.finish());
+        warn_malformed();
       } catch (const dsv32::Error& e) {
         std::cout << std::flush;
         std::cerr << "\ndsv32-generate: " << e.what() << '\n';
@@ -678,6 +697,14 @@ class ReplyPrinter {
     }
     out_ << std::flush;
   }
+  // DeepSeek-V3.2's parser does not throw: it hands a reply that broke the format back as content,
+  // which show() prints as it comes.
+  void warn_malformed() {
+    if (warned_malformed_ || parser_.state() != dsv32::ChatOutputState::malformed) return;
+    warned_malformed_ = true;
+    std::cout << std::flush;
+    std::cerr << "\ndsv32-generate: " << parser_.malformed_reason() << "; the rest of the reply is shown as generated\n";
+  }
   void show_plain(const std::string& s) {
     plain_text_ += s;
     emit(s);
@@ -703,16 +730,20 @@ class ReplyPrinter {
   bool structured_ = true;
   bool in_reasoning_ = false;
   bool warned_ = false;  // an id outside the vocabulary was reported for this reply
+  bool warned_malformed_ = false;  // a DeepSeek-V3.2 reply that broke the format was reported
   char last_ = '\0';  // the last character shown ('\0': none yet)
 };
 
 int run_text(const Arguments& a, Ranks& ranks) {
   const fs::path dir = tokenizer_dir(a);
   const dsv32::Tokenizer tok = dsv32::Tokenizer::from_directory(dir);
-  if (a.thinking && !tok.chat_template().has_thinking_mode())
-    throw std::runtime_error("--thinking: the chat template of the tokenizer in " + dir.string() + " (" +
-                             std::string(dsv32::to_string(tok.chat_template().kind())) +
-                             "'s) has no thinking mode; DeepSeek-V3.2-Exp's has");
+  // The chat format: named, else the tokenizer's. Without either (an unknown template), prompts go
+  // through apply_chat_template, which says why it refuses the template.
+  std::optional<dsv32::ChatFormat> format = tok.chat_format();
+  if (a.chat_format) format = dsv32::chat_format_from_name(*a.chat_format);  // checked by parse_arguments
+  if (a.thinking && format == dsv32::ChatFormat::deepseek_v3)
+    throw std::runtime_error("--thinking: the chat format of the tokenizer in " + dir.string() +
+                             " (DeepSeek-V3's) has no thinking mode; DeepSeek-V3.2-Exp's and V3.2's have");
   std::vector<std::string> texts;
   if (a.prompt_text) texts.push_back(*a.prompt_text);
   else if (a.batch_file) texts = read_lines(*a.batch_file);
@@ -733,11 +764,22 @@ int run_text(const Arguments& a, Ranks& ranks) {
   };
   auto make_prompt = [&](const std::vector<dsv32::ChatMessage>& messages) -> Prompt {
     if (a.raw) return {tok.encode(messages.back().content, /*add_special_tokens=*/true), std::nullopt};
-    std::string text = tok.apply_chat_template(messages, {.add_generation_prompt = true, .thinking = a.thinking});
+    std::string text;
+    if (format == dsv32::ChatFormat::deepseek_v3_2) {
+      text = dsv32::deepseek_v3_2::encode_messages(messages, {.thinking = a.thinking});
+    } else if (a.chat_format) {
+      const auto kind = format == dsv32::ChatFormat::deepseek_v3 ? dsv32::ChatTemplateKind::deepseek_v3
+                                                                : dsv32::ChatTemplateKind::deepseek_v3_2_exp;
+      text = dsv32::ChatTemplate(kind, tok.chat_template().bos_token())
+                 .render(messages, {.add_generation_prompt = true, .thinking = a.thinking});
+    } else {
+      text = tok.apply_chat_template(messages, {.add_generation_prompt = true, .thinking = a.thinking});
+    }
     Tokens ids = tok.encode(text);
     return {std::move(ids), std::move(text)};
   };
   const bool dim = dim_reasoning();
+  const dsv32::ChatFormat reply_format = format.value_or(dsv32::ChatFormat::deepseek_v3_2_exp);
 
   if (!a.chat) {
     std::vector<Prompt> prompts;
@@ -747,7 +789,7 @@ int run_text(const Arguments& a, Ranks& ranks) {
       prompt_ids.push_back(prompts.back().ids);
     }
     if (prompts.size() == 1) {
-      ReplyPrinter printer(tok, std::cout, dim);
+      ReplyPrinter printer(tok, reply_format, std::cout, dim);
       printer.start(prompts[0].text);
       o.on_token = [&](std::size_t, std::int32_t id) {
         printer.push(id);
@@ -761,7 +803,7 @@ int run_text(const Arguments& a, Ranks& ranks) {
     const auto r = engine->generate(prompt_ids, o);
     for (std::size_t b = 0; b < texts.size(); ++b) {
       std::ostringstream completion;
-      ReplyPrinter printer(tok, completion, /*dim=*/false);
+      ReplyPrinter printer(tok, reply_format, completion, /*dim=*/false);
       printer.start(prompts[b].text);
       for (std::int32_t id : r.sequences[b].tokens) printer.push(id);
       printer.finish();
@@ -774,7 +816,7 @@ int run_text(const Arguments& a, Ranks& ranks) {
 
   // Chat, as generate.py --interactive: the whole conversation is the prompt of each turn.
   std::vector<dsv32::ChatMessage> history;
-  ReplyPrinter printer(tok, std::cout, dim);
+  ReplyPrinter printer(tok, reply_format, std::cout, dim);
   std::uint64_t turn = 0;
   o.on_token = [&](std::size_t, std::int32_t id) {
     printer.push(id);
@@ -800,7 +842,7 @@ int run_text(const Arguments& a, Ranks& ranks) {
     Prompt prompt;
     try {
       prompt = make_prompt(history);
-    } catch (const dsv32::Error& e) {  // e.g. a tool output with no tool call before it
+    } catch (const dsv32::Error& e) {  // e.g. a tool output with no tool call before it (or, V3.2, after it)
       std::cerr << "dsv32-generate: " << e.what() << '\n';
       history.pop_back();
       continue;

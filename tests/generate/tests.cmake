@@ -5,7 +5,8 @@
 
 set(_dsv32_generate_cases default_run golden_prompt_ids golden_batch_stdin bad_arguments bad_files world_size)
 if(TARGET dsv32_tokenizer)
-  list(APPEND _dsv32_generate_cases chat_session chat_replay thinking_arguments text_prompt text_needs_vocabulary)
+  list(APPEND _dsv32_generate_cases chat_session chat_replay chat_replay_v3_2 thinking_arguments text_prompt
+       text_needs_vocabulary)
 endif()
 set(_dsv32_tokenize_arg "")
 if(TARGET dsv32-tokenize)  # the text modes' tests check their output against ids decoded by it

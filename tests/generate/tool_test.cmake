@@ -317,6 +317,70 @@ elseif(CASE STREQUAL "chat_replay")
   run(RC 1 ARGS --chat --replay-ids "${WORK_DIR}/one.txt" --quiet INPUT "a\nb\n" STDOUT "^>>> Hello!\n>>> $"
       STDERR "replay file .*one.txt has no line left for reply 2")
 
+elseif(CASE STREQUAL "chat_replay_v3_2")
+  # DeepSeek-V3.2's chat format (--chat-format deepseek-v3.2; the vendored tokenizer is V3.2-Exp's,
+  # whose tokenizer.json V3.2 shares), in thinking mode, on fixed replies (ids from dsv32-tokenize):
+  #   reply 1: reasoning </think> "Let me check." and a DSML call get_weather {"city": "Paris"}, eos
+  #   reply 2: reasoning </think> "It is 21 °C in Paris." eos
+  #   reply 3: "T" </think> "Hi." and a DSML block whose invoke is malformed, eos
+  file(WRITE "${WORK_DIR}/replies.txt"
+       "43 1531 1926 270 9670 4105 1257 16 128799 5718 678 4085 339 30 28217 10525 7398 28217 8701 4941 12548 1018 30 "
+       "28217 10525 7398 28217 40148 5406 2329 1281 1133 65 50219 3816 30 28217 10525 7398 28217 41523 2329 1281 37399 "
+       "4 3418 1281 11476 3320 51119 1718 28217 10525 7398 28217 41523 1018 1718 28217 10525 7398 28217 40148 5406 1018 "
+       "1718 28217 10525 7398 28217 8701 4941 12548 32 1\n"
+       "671 4105 4230 223 1602 345 16 128799 2107 344 223 1602 8490 37 295 11111 16 1\n"
+       "54 128799 23166 339 30 28217 10525 7398 28217 8701 4941 12548 1018 30 28217 10525 7398 28217 40148 5406 9303 "
+       "1281 90 3816 1718 28217 10525 7398 28217 40148 5406 1018 1718 28217 10525 7398 28217 8701 4941 12548 32 1\n")
+  run(RC 0 ARGS --chat --chat-format deepseek-v3.2 --thinking --replay-ids "${WORK_DIR}/replies.txt"
+      INPUT "Weather in Paris?\n/tool 21 C\nAgain?\n"
+      STDERR "DeepSeek-V3.2 reply: a call's name must follow <｜DSML｜invoke as ` name=\"NAME\">`.* at byte 58; the rest of the reply is shown as generated")
+  # Reasoning and answer apart, the call as a JSON line; the malformed block shown as generated.
+  set(expected [=[>>> <think>I should call the weather tool first.</think>
+Let me check.
+{"function":{"arguments":"{\"city\": \"Paris\"}","name":"get_weather"},"type":"function"}
+>>> <think>The tool says 21 C.</think>
+It is 21 °C in Paris.
+>>> <think>T</think>
+Hi.
+
+<｜DSML｜function_calls>
+<｜DSML｜invoke nom="x">
+</｜DSML｜invoke>
+</｜DSML｜function_calls>
+>>> 
+]=])
+  if(NOT out STREQUAL expected)
+    message(FATAL_ERROR "V3.2 chat replay: expected\n${expected}\ngot\n${out}")
+  endif()
+  # The prompts are DeepSeek-V3.2's encoding of the conversation so far: the tool turn keeps the
+  # call's reasoning (printed after the last user message), the next user turn drops it.
+  function(v3_2_prompt_tokens request out_var)
+    file(WRITE "${WORK_DIR}/request.json" "${request}")
+    execute_process(COMMAND "${TOKENIZE}" --tokenizer "${tokenizer}" --chat-format deepseek-v3.2 --chat --ids
+                    INPUT_FILE "${WORK_DIR}/request.json" RESULT_VARIABLE rc OUTPUT_VARIABLE ids ERROR_VARIABLE err)
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "dsv32-tokenize --chat-format deepseek-v3.2 --chat --ids: exit status ${rc}: ${err}")
+    endif()
+    string(JSON n LENGTH "${ids}")
+    set(${out_var} ${n} PARENT_SCOPE)
+  endfunction()
+  set(turns [=[{"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "Let me check.", "reasoning_content": "I should call the weather tool first.",
+     "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+    {"role": "tool", "content": "21 C"}]=])
+  v3_2_prompt_tokens([=[{"messages": [{"role": "user", "content": "Weather in Paris?"}], "thinking_mode": "thinking"}]=] first)
+  v3_2_prompt_tokens("{\"messages\": [${turns}], \"thinking_mode\": \"thinking\"}" second)
+  v3_2_prompt_tokens("{\"messages\": [${turns}, {\"role\": \"assistant\", \"content\": \"It is 21 °C in Paris.\", \"reasoning_content\": \"The tool says 21 C.\"}, {\"role\": \"user\", \"content\": \"Again?\"}], \"thinking_mode\": \"thinking\"}" third)
+  run(RC 0 ARGS --chat --chat-format deepseek-v3.2 --thinking --replay-ids "${WORK_DIR}/replies.txt"
+      INPUT "Weather in Paris?\n/tool 21 C\nAgain?\n"
+      STDERR "${first} prompt tokens, 74 generated.*${second} prompt tokens, 17 generated.*${third} prompt tokens, 41 generated")
+  # A tokenizer directory with an encoding/ folder (DeepSeek-V3.2's layout) chooses the format itself.
+  file(MAKE_DIRECTORY "${WORK_DIR}/v3_2/encoding")
+  file(COPY "${tokenizer}/tokenizer.json" "${tokenizer}/tokenizer_config.json" DESTINATION "${WORK_DIR}/v3_2")
+  run(RC 0 ARGS --prompt "Weather in Paris?" --tokenizer "${WORK_DIR}/v3_2" --thinking --replay-ids "${WORK_DIR}/replies.txt"
+      --quiet STDOUT "^<think>I should call the weather tool first.</think>\nLet me check.\n{\"function\":")
+  run(RC 2 ARGS --chat --chat-format deepseek-v4 STDERR "--chat-format: unknown format 'deepseek-v4'")
+
 elseif(CASE STREQUAL "text_prompt")
   # --prompt renders the chat template; --raw encodes the text alone (with bos). Each prints exactly
   # what generating from those ids gives, decoded.
@@ -350,7 +414,7 @@ elseif(CASE STREQUAL "thinking_arguments")
   run(RC 2 ARGS --thinking --raw --prompt "x" STDERR "--thinking applies to chat-template prompts")
   run(RC 2 ARGS --replay-ids f --checkpoint "${golden}/tiny_bf16" STDERR "--replay-ids replaces the model")
   run(RC 1 ARGS --thinking --prompt "x" --tokenizer "${tokenizer_v3}"
-      STDERR "--thinking: the chat template of the tokenizer in .*deepseek_v3 \\(DeepSeek-V3's\\) has no thinking mode")
+      STDERR "--thinking: the chat format of the tokenizer in .*deepseek_v3 \\(DeepSeek-V3's\\) has no thinking mode")
   run(RC 1 ARGS --prompt "x" --replay-ids "${WORK_DIR}/missing.txt" STDERR "cannot open replay file")
 
 elseif(CASE STREQUAL "text_needs_vocabulary")
