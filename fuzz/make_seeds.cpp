@@ -12,6 +12,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -180,6 +181,88 @@ void chat_seeds(const fs::path& out) {
   }
 }
 
+// DeepSeek-V3.2-Exp's replies for fuzz_chat_output: the texts of its chat cases cut after each
+// <｜Assistant｜> (what the model writes), as text and as ids, from either start state.
+// Input format: a mode byte (bit 0: reasoning first, bit 1: ids), a split byte, the reply.
+std::string mode_prefix(unsigned mode, unsigned split) { return std::string{static_cast<char>(mode), static_cast<char>(split)}; }
+
+std::string ids_as_bytes(const std::vector<std::int32_t>& ids) {
+  std::string bytes;
+  for (const std::int32_t id : ids)
+    for (int b = 0; b < 3; ++b) bytes += static_cast<char>((static_cast<std::uint32_t>(id) >> (8 * b)) & 0xff);
+  return bytes;
+}
+
+void chat_output_seeds(const fs::path& out) {
+  const std::string assistant = "<｜Assistant｜>";
+  const std::int32_t assistant_id = 128804;
+  int i = 0;
+  for (const auto& c : parsed(kData / "tokenizer/deepseek_v3_2_exp/chat_cases.json")["cases"]) {
+    const std::string text = c["text"];
+    const std::vector<std::int32_t> ids = c["ids"];
+    const std::size_t at = text.find(assistant);
+    if (at == std::string::npos) continue;
+    const std::string reply = text.substr(at + assistant.size());
+    const auto id_at = std::find(ids.begin(), ids.end(), assistant_id);
+    const std::vector<std::int32_t> reply_ids(id_at == ids.end() ? ids.end() : id_at + 1, ids.end());
+    write_file(out / ("reply_" + std::to_string(i) + "_text"), mode_prefix(0, 128) + reply);
+    write_file(out / ("reply_" + std::to_string(i) + "_text_reasoning"), mode_prefix(1, 77) + reply);
+    write_file(out / ("reply_" + std::to_string(i) + "_ids"), mode_prefix(2, 0) + ids_as_bytes(reply_ids));
+    ++i;
+  }
+  write_file(out / "thinking_text", mode_prefix(1, 200) + "Let me reason.</think>The answer is 42.<｜end▁of▁sentence｜>");
+}
+
+// DeepSeek-V3.2's completions for fuzz_dsml_output: every text of parse_cases.json in its mode, as
+// text and as ids (same format as chat_output's seeds).
+void dsml_output_seeds(const fs::path& out) {
+  int i = 0;
+  for (const auto& c : parsed(kData / "tokenizer/deepseek_v3_2/parse_cases.json")["cases"]) {
+    const std::string text = c["text"];
+    const unsigned thinking = c["thinking_mode"] == "thinking" ? 1u : 0u;
+    write_file(out / ("completion_" + std::to_string(i) + "_text"), mode_prefix(thinking, 50 + 5 * i) + text);
+    ++i;
+  }
+  // The assistant turns the encoder wrote in encode_cases.json (after the last <｜Assistant｜>), which
+  // the model's own replies look like; and their ids.
+  const std::string assistant = "<｜Assistant｜>";
+  int k = 0;
+  for (const auto& c : parsed(kData / "tokenizer/deepseek_v3_2/encode_cases.json")["cases"]) {
+    if (c["text"].is_null()) continue;
+    const std::string text = c["text"];
+    const std::size_t at = text.rfind(assistant);
+    if (at == std::string::npos || text.size() - at < assistant.size() + 12) continue;
+    std::string reply = text.substr(at + assistant.size());
+    unsigned thinking = 0;
+    if (reply.starts_with("<think>")) {  // the prompt ended in thinking mode
+      thinking = 1;
+      reply.erase(0, 7);
+    } else if (reply.starts_with("</think>")) {
+      reply.erase(0, 8);
+    }
+    write_file(out / ("turn_" + std::to_string(k++) + "_text"), mode_prefix(thinking, 128) + reply);
+  }
+  int j = 0;
+  for (const auto& c : parsed(kData / "tokenizer/deepseek_v3_2/encode_cases.json")["cases"]) {
+    if (c["ids"].is_null() || j >= 8) continue;
+    const std::vector<std::int32_t> ids = c["ids"];
+    write_file(out / ("prompt_" + std::to_string(j++) + "_ids"), mode_prefix(2, 0) + ids_as_bytes(ids));
+  }
+}
+
+// DeepSeek-V3.2's requests for fuzz_chat_v3_2: every conversation of encode_cases.json (refused ones
+// included) as dsv32-tokenize reads it, key order kept.
+void chat_v3_2_seeds(const fs::path& out) {
+  const nlohmann::ordered_json cases =
+      nlohmann::ordered_json::parse(read_file(kData / "tokenizer/deepseek_v3_2/encode_cases.json"));
+  int i = 0;
+  for (const auto& c : cases["cases"]) {
+    const nlohmann::ordered_json request = {
+        {"messages", c["messages"]}, {"thinking_mode", c["thinking_mode"]}, {"drop_thinking", c["drop_thinking"]}};
+    write_file(out / ("request_" + std::to_string(i++) + ".json"), request.dump());
+  }
+}
+
 void token_id_seeds(const fs::path& out) {
   int i = 0;
   for (const auto& ids : id_lists()) {
@@ -208,7 +291,8 @@ int main(int argc, char** argv) {
     const std::vector<std::pair<std::string, void (*)(const fs::path&)>> targets = {
         {"safetensors", safetensors_seeds}, {"config", config_seeds},     {"hf_index", hf_index_seeds},
         {"tokenizer_files", tokenizer_file_seeds}, {"encode", encode_seeds}, {"decode", decode_seeds},
-        {"chat", chat_seeds},                {"token_ids", token_id_seeds}};
+        {"chat", chat_seeds},                {"token_ids", token_id_seeds},   {"chat_output", chat_output_seeds},
+        {"dsml_output", dsml_output_seeds},  {"chat_v3_2", chat_v3_2_seeds}};
     for (const auto& [name, make] : targets) {
       fs::remove_all(out / name);
       fs::create_directories(out / name);

@@ -10,7 +10,8 @@
 #   --work-dir DIR  where corpora, crash artifacts and logs go (default DIR/fuzz/work): the corpus of
 #                   each target grows from run to run
 #   --no-seeds      do not rewrite the seed corpora (DIR/fuzz/seeds) from tests/data
-#   TARGET          safetensors config hf_index token_ids tokenizer_files encode decode chat (default: all)
+#   TARGET          safetensors config hf_index token_ids tokenizer_files encode decode chat chat_output
+#                   dsml_output chat_v3_2 (default: all)
 #
 # Each target reads its growing corpus, its seeds and fuzz/regressions/TARGET (inputs that once
 # failed), with the dictionary fuzz/dict/TARGET.dict. Fuzzers run under `nice -n 19` (DSV32_FUZZ_NICE);
@@ -34,7 +35,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$work" ] || work="$build/fuzz/work"
-all=(safetensors config hf_index token_ids tokenizer_files encode decode chat)
+all=(safetensors config hf_index token_ids tokenizer_files encode decode chat chat_output dsml_output chat_v3_2)
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 for t in "${targets[@]}"; do
   case " ${all[*]} " in *" $t "*) ;; *) echo "fuzz/run.sh: unknown target '$t' (targets: ${all[*]})" >&2; exit 2 ;; esac

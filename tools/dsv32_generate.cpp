@@ -842,7 +842,7 @@ int run_text(const Arguments& a, Ranks& ranks) {
     Prompt prompt;
     try {
       prompt = make_prompt(history);
-    } catch (const dsv32::Error& e) {  // e.g. a tool output with no tool call before it (or, V3.2, after it)
+    } catch (const dsv32::Error& e) {  // e.g. a tool output with no tool call before it (V3.2: or more than calls)
       std::cerr << "dsv32-generate: " << e.what() << '\n';
       history.pop_back();
       continue;
