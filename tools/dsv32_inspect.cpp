@@ -2,7 +2,8 @@
 // per dtype, KV and indexer cache bytes per token and the memory plan for a batch and sequence
 // length — and whether a checkpoint holds exactly the tensors that config needs.
 //
-//   dsv32-inspect --preset NAME | --config FILE [--batch B] [--seq-len L] [--tokens-per-call N] [--world-size W] [--json]
+//   dsv32-inspect --preset NAME | --config FILE [--batch B] [--seq-len L] [--tokens-per-call N] [--cache-budget SIZE]
+//                 [--page-size P] [--world-size W] [--json]
 //   dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
 //   dsv32-inspect --list-presets
 //
@@ -50,7 +51,8 @@ using dsv32::RuntimeOptions;
 using Json = nlohmann::ordered_json;
 
 constexpr const char* kUsage = R"(usage:
-  dsv32-inspect (--preset NAME | --config FILE) [--batch B] [--seq-len L] [--tokens-per-call N] [--world-size W] [--json]
+  dsv32-inspect (--preset NAME | --config FILE) [--batch B] [--seq-len L] [--tokens-per-call N]
+                [--cache-budget SIZE] [--page-size P] [--world-size W] [--json]
   dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
   dsv32-inspect --list-presets [--json]
 
@@ -68,6 +70,9 @@ With --checkpoint, checks that a checkpoint holds exactly the config's tensors i
                       else 16384)
   --tokens-per-call N max_tokens_per_call: tokens per sequence one forward pass computes (longer
                       prompts run in passes); sizes the forward scratch (default: max_seq_len)
+  --cache-budget SIZE the serving engine's page pool for this many bytes of cache (a number with an
+                      optional K, M, G or T suffix, powers of 1024): pages, positions and bytes
+  --page-size P       positions per page of that pool (default 64)
   --world-size W      model-parallel ranks; figures are per rank (default 1; with --checkpoint: the
                       world size of the model{rank}-mp{world}.safetensors files found; for a Hugging
                       Face directory, each rank's slice as loading at world size W takes it)
@@ -100,6 +105,8 @@ template <class... Args>
 struct Args {
   std::string preset, config, checkpoint;
   std::optional<std::int64_t> batch, seq_len, tokens_per_call;
+  std::size_t cache_budget = 0;
+  std::int64_t page_size = dsv32::kDefaultPageSize;
   std::optional<int> world_size;
   std::size_t limit = 10;
   bool all = false, json = false, list_presets = false, help = false;
@@ -117,6 +124,24 @@ std::int64_t parse_int(std::string_view flag, std::string_view text, std::int64_
   if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi)
     usage_error("bad value '", text, "' for ", flag, ": expected an integer in [", lo, ", ", hi, "]");
   return v;
+}
+
+// A byte count: digits with an optional K, M, G or T suffix (powers of 1024).
+std::size_t parse_bytes(std::string_view flag, std::string_view text) {
+  std::uint64_t scale = 1;
+  std::string_view digits = text;
+  if (!digits.empty()) {
+    const char suffix = digits.back();
+    const std::string_view units = "KMGT";
+    if (const auto u = units.find(static_cast<char>(suffix & ~0x20)); u != std::string_view::npos) {
+      scale = std::uint64_t{1} << (10 * (u + 1));
+      digits.remove_suffix(1);
+    }
+  }
+  const std::int64_t n = parse_int(flag, digits, 1, std::int64_t{1} << 50);
+  if (static_cast<std::uint64_t>(n) > (std::uint64_t{1} << 60) / scale)
+    usage_error("bad value '", text, "' for ", flag, ": more than 2^60 bytes");
+  return static_cast<std::size_t>(static_cast<std::uint64_t>(n) * scale);
 }
 
 Args parse_args(int argc, char** argv) {
@@ -145,6 +170,8 @@ Args parse_args(int argc, char** argv) {
     else if (flag == "--checkpoint") a.checkpoint = value();
     else if (flag == "--batch") a.batch = parse_int(flag, value(), 1, kMaxBatch);
     else if (flag == "--seq-len") a.seq_len = parse_int(flag, value(), 1, kMaxSeqLen);
+    else if (flag == "--cache-budget") a.cache_budget = parse_bytes(flag, value());
+    else if (flag == "--page-size") a.page_size = parse_int(flag, value(), 1, std::int64_t{1} << 20);
     else if (flag == "--tokens-per-call") a.tokens_per_call = parse_int(flag, value(), 1, kMaxSeqLen);
     else if (flag == "--world-size") a.world_size = static_cast<int>(parse_int(flag, value(), 1, kMaxWorld));
     else if (flag == "--limit") a.limit = static_cast<std::size_t>(parse_int(flag, value(), 0, 1 << 30));
@@ -154,8 +181,9 @@ Args parse_args(int argc, char** argv) {
   if (!a.preset.empty() && !a.config.empty()) usage_error("give --preset or --config, not both");
   if (a.checkpoint.empty() && a.preset.empty() && a.config.empty())
     usage_error("nothing to inspect: give --preset NAME, --config FILE or --checkpoint PATH");
-  if (!a.checkpoint.empty() && (a.batch || a.seq_len || a.tokens_per_call))
-    usage_error("--batch, --seq-len and --tokens-per-call size the memory plan; with --checkpoint no plan is printed");
+  if (!a.checkpoint.empty() && (a.batch || a.seq_len || a.tokens_per_call || a.cache_budget))
+    usage_error("--batch, --seq-len, --tokens-per-call and --cache-budget size the memory plan; with --checkpoint no "
+                "plan is printed");
   return a;
 }
 
@@ -339,7 +367,7 @@ ConfigReport inspect_config(const ResolvedConfig& config, const Args& args) {
                          r.world_size, 0);
   r.cache.indexer = dsv32::indexer_cache_bytes_per_token(a);
   r.cache.mla = dsv32::mla_cache_bytes_per_token(a) - r.cache.indexer;
-  r.plan = dsv32::plan_memory(a, r.options, r.world_size, 0);
+  r.plan = dsv32::plan_memory(a, r.options, r.world_size, 0, args.cache_budget, args.page_size);
   return r;
 }
 
@@ -645,6 +673,12 @@ Json to_json(const ConfigReport& r) {
                           {"rope_tables", r.plan.rope_tables},
                           {"scratch", r.plan.scratch},
                           {"total", r.plan.total()}};
+  if (r.plan.pool.pages > 0)
+    j["page_pool"] = Json{{"page_size", r.plan.pool.page_size},
+                          {"pages", r.plan.pool.pages},
+                          {"tokens", r.plan.pool.tokens},
+                          {"bytes_per_page", r.plan.pool.bytes_per_page},
+                          {"bytes", r.plan.pool.bytes}};
   j["runtime"] = runtime_json(r.options);
   return j;
 }
@@ -761,6 +795,16 @@ void print_text(std::ostream& os, const ConfigReport& r) {
                  " tokens per pass");
   plan.bytes("total", r.plan.total());
   plan.print(os);
+  if (r.plan.pool.pages == 0) return;
+  os << "\nServing engine's page pool (pages of " << r.plan.pool.page_size << " positions, every layer)\n";
+  Table pool;
+  pool.row("pages", grouped(static_cast<std::uint64_t>(r.plan.pool.pages)));
+  pool.row("positions", grouped(static_cast<std::uint64_t>(r.plan.pool.tokens)),
+           "= " + std::to_string(r.plan.pool.tokens / std::max<std::int64_t>(1, r.options.max_seq_len)) +
+               " sequences of max_seq_len, or any mix of lengths");
+  pool.bytes("per page", r.plan.pool.bytes_per_page);
+  pool.bytes("pool", r.plan.pool.bytes, "instead of the caches above");
+  pool.print(os);
 }
 
 /// The first `limit` of `notes` under "title (count):"; `count` defaults to notes.size().

@@ -71,6 +71,14 @@ if(CASE STREQUAL "preset_671b")
     message(FATAL_ERROR "scratch for 512-token passes (${scratch_512}) not below one-pass scratch (${scratch_full})")
   endif()
   json_expect("${out}" "tensor table" weights source)
+  # the serving engine's pool for 100 GiB: 78,324 B per position x 64 per page = 5,012,736 B a page
+  inspect(RC 0 ARGS --preset ${preset_671b} --cache-budget 100G
+          EXPECT "Serving engine's page pool \\(pages of 64 positions, every layer\\)" "pages +21,420\n"
+                 "positions +1,370,880 += 83 sequences of max_seq_len" "per page +5,012,736 B"
+                 "pool +107,372,805,120 B")
+  inspect(RC 0 ARGS --preset ${preset_671b} --cache-budget 107374182400 --page-size 16 --json)
+  json_expect("${out}" 85681 page_pool pages)
+  json_expect("${out}" 1370896 page_pool tokens)
   # Per rank: 8 ranks split heads, experts, dense MLPs and vocabulary; caches are per rank in full.
   inspect(RC 0 ARGS --preset=${preset_671b} --world-size=8 --json)
   json_expect("${out}" 8 memory_plan world_size)
@@ -209,6 +217,8 @@ elseif(CASE STREQUAL "bad_arguments")
                  "see dsv32-inspect --help")
   inspect(RC 2 ARGS --preset ${preset_671b} --batch abc EXPECT "bad value 'abc' for --batch")
   inspect(RC 2 ARGS --preset ${preset_671b} --seq-len 0 EXPECT "bad value '0' for --seq-len")
+  inspect(RC 2 ARGS --preset ${preset_671b} --cache-budget 12X EXPECT "bad value '12X' for --cache-budget")
+  inspect(RC 2 ARGS --preset ${preset_671b} --cache-budget 2000000T EXPECT "more than 2\\^60 bytes")
   inspect(RC 2 ARGS --preset ${preset_671b} --batch 99999999999999999999999 EXPECT "bad value")
   inspect(RC 2 ARGS --preset ${preset_671b} --world-size 3 EXPECT "must be divisible by the world size \\(3\\)")
   inspect(RC 2 ARGS --preset ${preset_671b} --world-size EXPECT "--world-size needs a value")

@@ -107,6 +107,9 @@ struct MemoryPlan {
   std::size_t caches = 0;                     ///< max_batch_size x max_seq_len x the above
   std::size_t rope_tables = 0;                ///< the cos/sin tables
   std::size_t scratch = 0;                    ///< forward temporaries, reserved once for the runtime limits
+  /// The serving engine's page pool for a cache budget (plan_memory()'s `cache_budget`; empty without
+  /// one). Not part of total(): an engine frees `caches` and allocates this instead.
+  PagePoolPlan pool;
 
   /// \brief weights + caches + rope_tables + scratch: the backend memory of a loaded model.
   std::size_t total() const noexcept { return weights + caches + rope_tables + scratch; }
@@ -167,13 +170,16 @@ struct ForwardScratch {
 
 /// \brief The memory plan of rank `rank` of a `world`-rank model with fields `a` and runtime limits
 ///        `o`, read off the tensor table and the scratch reservations: what a loaded Transformer holds,
-///        computed without allocating any of it.
+///        computed without allocating any of it; with a `cache_budget`, also the serving engine's page
+///        pool of that many bytes (pages of `page_size` positions).
 /// \tparam Backend whose forward scratch is counted (default Cpu; a backend that runs grouped experts,
 ///                 runs_grouped_experts, reserves their worst-case buffers instead of the per-expert ones)
 /// \throws Error(invalid_argument) when `world` does not divide a split dimension (named)
 template <class Backend = Cpu>
-MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int world = 1, int rank = 0) {
+MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int world = 1, int rank = 0,
+                       std::size_t cache_budget = 0, std::int64_t page_size = kDefaultPageSize) {
   MemoryPlan m;
+  if (cache_budget > 0) m.pool = plan_page_pool(a, cache_budget, page_size);
   for_each_tensor(a, [&](const TensorSpec& t) {
     const std::size_t bytes = static_cast<std::size_t>(elements(t.local_numel(), dtype_size(t.dtype), t.count));
     m.weight_bytes[t.dtype] += bytes;
