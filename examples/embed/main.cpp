@@ -5,6 +5,8 @@
 //                                      whichever compiled config its config.json matches
 //   embed [CHECKPOINT_DIR] --tokenizer DIR "text"
 //                                      text in (chat template), streamed text out (needs dsv32::tokenizer)
+//   embed [CHECKPOINT_DIR] --serve     the serving engine: three requests submitted while it runs on its
+//                                      own thread, streamed, one of them cancelled midway
 //   mpirun -n 2 embed [...]            the same, the model split over 2 processes (needs dsv32::mpi):
 //                                      rank 0 reads the input and prints, every rank computes
 #include <dsv32/dsv32.hpp>
@@ -15,8 +17,12 @@
 #include <dsv32/mpi.hpp>
 #endif
 
+#include <dsv32/serving/engine.hpp>
+
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -41,8 +47,55 @@ using Configs = dsv32::ConfigList<MyConfig, dsv32::TinyBf16>;
 struct Request {
   std::optional<std::filesystem::path> checkpoint, tokenizer;
   std::string text;
+  bool serve = false;
   dsv32::CommunicatorBase* comm = nullptr;  // the ranks under mpirun (null: this process alone)
 };
+
+// Continuous batching: an Engine over the model, a page pool of cache memory, requests submitted from
+// this thread while the engine's own thread runs them together; each streams its tokens, and one that
+// would run long is cancelled once it has streamed three.
+template <class Model>
+void serve(Model& model, dsv32::CommunicatorBase* comm) {
+  dsv32::EngineOptions eo;
+  eo.cache_bytes = std::size_t{64} << 20;  // the page pool: 64 MiB of cache pages (16 positions each)
+  eo.page_size = 16;
+  dsv32::Engine engine(model, eo);
+  if (comm && comm->rank() != 0) return engine.follow();  // the other ranks run rank 0's steps
+  engine.start();
+  std::mutex mu;
+  std::condition_variable cv;
+  int streamed_by_long = 0;
+  std::vector<dsv32::RequestHandle> handles;
+  for (int i = 0; i < 3; ++i) {
+    dsv32::Request r;
+    r.prompt = {1, 17, 42, 99, 256 + i};
+    r.max_new_tokens = i == 1 ? 200 : 8;  // request 1 would run long
+    r.sampling.temperature = 0;          // greedy; set temperature, top_p, top_k and seed to sample
+    r.on_token = [&, i](const dsv32::TokenEvent&) {  // on the engine's thread, as each token comes
+      std::lock_guard<std::mutex> lock(mu);
+      if (i == 1) ++streamed_by_long;
+      cv.notify_all();
+      return true;  // false would end this request here
+    };
+    handles.push_back(engine.submit(std::move(r)));
+  }
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return streamed_by_long >= 3; });
+  }
+  engine.cancel(handles[1]);  // it ends at the engine's next step; its pages go back to the pool
+  for (std::size_t i = 0; i < handles.size(); ++i) {
+    const dsv32::RequestResult& r = handles[i].wait();
+    std::printf("request %zu: %zu tokens, %s, first token after %.1f ms:", i, r.tokens.size(), dsv32::to_string(r.finish),
+                1e3 * r.stats.ttft_s);
+    for (const std::int32_t t : r.tokens) std::printf(" %d", t);
+    std::printf("\n");
+  }
+  engine.stop();
+  const dsv32::EngineStats st = engine.stats();
+  std::printf("engine: %lld steps, %lld of %lld pages in use after the run\n", static_cast<long long>(st.steps),
+              static_cast<long long>(st.pages_used), static_cast<long long>(st.pages));
+}
 
 template <class Config>
 void run(const Request& req, const dsv32::RuntimeOptions& options) {
@@ -52,6 +105,7 @@ void run(const Request& req, const dsv32::RuntimeOptions& options) {
     if (req.checkpoint) dsv32::load_checkpoint(model, *req.checkpoint);
     else model.init_random(/*seed=*/42);
   });
+  if (req.serve) return serve(model, req.comm);
   // Rank 0 reads the input and prints; the other ranks compute rank 0's generate() calls.
   dsv32::GenerationGroup group(model);
   if (!group.leader()) return group.serve();
@@ -103,10 +157,12 @@ int main(int argc, char** argv) {
     if (a == "--tokenizer" && i + 2 < argc) {
       req.tokenizer = argv[++i];
       req.text = argv[++i];
+    } else if (a == "--serve") {
+      req.serve = true;
     } else if (a.rfind("--", 0) != 0 && !req.checkpoint) {
       req.checkpoint = a;
     } else {
-      std::fprintf(stderr, "usage: embed [CHECKPOINT_DIR] [--tokenizer DIR \"text\"]\n");
+      std::fprintf(stderr, "usage: embed [CHECKPOINT_DIR] [--tokenizer DIR \"text\" | --serve]\n");
       return 2;
     }
   }

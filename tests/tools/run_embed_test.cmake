@@ -66,6 +66,14 @@ expect("${out}" "^my-small-moe:${eight_tokens}\n5 prompt tokens, 8 generated, [0
 run("${WORK_DIR}/embed/embed" "${SOURCE_DIR}/tests/data/golden/tiny_bf16")
 message(STATUS "embed tiny_bf16: ${out}")
 expect("${out}" "^tiny_bf16:${eight_tokens}\n5 prompt tokens, 8 generated")
+# The serving engine: two requests run to their 8 tokens, the long one is cancelled after at least 3,
+# every page is back in the pool.
+run("${WORK_DIR}/embed/embed" --serve)
+message(STATUS "embed --serve: ${out}")
+expect("${out}" "^request 0: 8 tokens, max_new_tokens, first token after [0-9.]+ ms:${eight_tokens}\n")
+expect("${out}" "\nrequest 1: [0-9]+ tokens, cancelled, ")
+expect("${out}" "\nrequest 2: 8 tokens, max_new_tokens, ")
+expect("${out}" "\nengine: [0-9]+ steps, 0 of [0-9]+ pages in use after the run\n$")
 
 # Under mpirun -n 2 (when the package has the MPI component): rank 0 prints once, both ranks compute.
 file(GLOB_RECURSE mpi_targets "${prefix}/*/dsv32MpiTargets.cmake")
@@ -73,6 +81,10 @@ if(mpi_targets AND MPIEXEC)
   run("${MPIEXEC}" -n 2 --oversubscribe "${WORK_DIR}/embed/embed")
   message(STATUS "mpirun -n 2 embed: ${out}")
   expect("${out}" "^my-small-moe:${eight_tokens}\n5 prompt tokens, 8 generated, [0-9.]+ tokens/s\n$")
+  run("${MPIEXEC}" -n 2 --oversubscribe "${WORK_DIR}/embed/embed" --serve)
+  message(STATUS "mpirun -n 2 embed --serve: ${out}")
+  expect("${out}" "^request 0: 8 tokens, max_new_tokens, ")
+  expect("${out}" "\nengine: [0-9]+ steps, 0 of [0-9]+ pages in use after the run\n$")
 elseif(MPIEXEC)
   message(FATAL_ERROR "this build has the MPI component but the installed package lacks dsv32MpiTargets.cmake")
 endif()

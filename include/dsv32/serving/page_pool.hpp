@@ -37,6 +37,8 @@ class PagePool {
   static constexpr std::uint64_t kRootKey = 0x9E3779B97F4A7C15ull;
 
   /// \brief A pool of `pages` pages of `page_size` positions, all free.
+  /// \param pages          pages in the pool (the KvCache's)
+  /// \param page_size      positions per page
   /// \param prefix_caching keep released full pages for reuse (false: they are freed at once)
   /// \throws Error(invalid_argument) unless pages >= 1 and page_size >= 1
   PagePool(std::int64_t pages, std::int64_t page_size, bool prefix_caching = true)

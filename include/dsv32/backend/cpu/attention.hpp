@@ -437,9 +437,11 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
 /// \brief latent_attention() for every query of a ragged pass over the paged latent caches: query i
 ///        attends to the selected positions of its own sequence (pages.sequence[i]).
 /// \param q_lat    [T, H, C] bf16 \param q_pe [T H rows, rope] bf16, rows q_pe_stride apart
+/// \param q_pe_stride elements between q_pe's rows
 /// \param kv_cache [pool rows, C] bf16 \param pe_cache [pool rows, rope] bf16
 /// \param pages    each query's sequence and the block table \param H heads \param C kv_lora_rank
-/// \param rope     qk_rope_head_dim \param selected [T, sel_stride] positions \param count [T]
+/// \param rope     qk_rope_head_dim \param selected [T, sel_stride] positions
+/// \param sel_stride elements between selected's rows \param count [T]
 /// \param scale    softmax scale \param out [T, H, C] bf16
 inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q_pe_stride, const bf16* kv_cache,
                              const bf16* pe_cache, const CachePages<Host>& pages, std::int64_t H, std::int64_t C,

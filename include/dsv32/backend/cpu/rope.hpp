@@ -54,7 +54,15 @@ inline void rope(bf16* data, std::int64_t tokens, std::int64_t token_stride, std
 
 /// \brief rope() with each token's own position: token row t sits at position positions[t] (a
 ///        ragged pass, every sequence at its own position).
-/// \param positions [tokens] positions, each within the tables' rows
+/// \param data         bf16, rotated in place
+/// \param tokens       token rows
+/// \param token_stride elements between consecutive tokens
+/// \param heads        heads per token
+/// \param head_stride  elements between consecutive heads of a token
+/// \param rope_dim     rotated values per head (even)
+/// \param positions    [tokens] positions, each within the tables' rows
+/// \param cos, sin     [max_seq_len, rope_dim / 2] f32 tables (RopeTable)
+/// \param interleaved  pairs (2i, 2i+1) instead of (i, i + rope_dim/2)
 inline void rope(bf16* data, std::int64_t tokens, std::int64_t token_stride, std::int64_t heads,
                  std::int64_t head_stride, std::int64_t rope_dim, const std::int32_t* positions, const float* cos,
                  const float* sin, bool interleaved) {
