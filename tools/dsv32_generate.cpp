@@ -116,7 +116,8 @@ input, as text (builds with the tokenizer component only):
                        after a ">>> " prompt, "/clear" forgets the conversation, "/exit" or end of
                        input quits; replies are streamed and kept in the conversation.
                        "/tool TEXT" answers the tool calls of the last reply with TEXT (a tool
-                       message) and generates what follows
+                       message) and generates what follows (DeepSeek-V3.2: one /tool line per
+                       call; the model answers after the last)
   --thinking           thinking mode of DeepSeek-V3.2-Exp's and V3.2's chat formats (--prompt, --chat,
                        --batch-file --text): the reply starts with reasoning, shown apart from the
                        answer (dimmed on a terminal, else between <think> and </think>); the
@@ -836,6 +837,15 @@ int run_text(const Arguments& a, Ranks& ranks) {
     }
     if (line.starts_with("/tool ") || line == "/tool") {
       history.push_back({"tool", line.size() > 6 ? line.substr(6) : std::string()});
+      // DeepSeek-V3.2 groups the results of one reply's calls: the model answers after the last.
+      if (format == dsv32::ChatFormat::deepseek_v3_2) {
+        std::size_t results = 0;
+        while (results < history.size() && history[history.size() - 1 - results].role == "tool") ++results;
+        const std::size_t caller = history.size() - results;  // one past the message answered
+        if (caller > 0 && history[caller - 1].role == "assistant" && results < history[caller - 1].tool_calls.size()) {
+          continue;
+        }
+      }
     } else {
       history.push_back({"user", line});
     }

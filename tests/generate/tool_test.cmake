@@ -374,6 +374,25 @@ Hi.
   run(RC 0 ARGS --chat --chat-format deepseek-v3.2 --thinking --replay-ids "${WORK_DIR}/replies.txt"
       INPUT "Weather in Paris?\n/tool 21 C\nAgain?\n"
       STDERR "${first} prompt tokens, 74 generated.*${second} prompt tokens, 17 generated.*${third} prompt tokens, 41 generated")
+  # Two calls: one /tool line per call, and the model answers after the last (one generation).
+  file(WRITE "${WORK_DIR}/two_calls.txt"
+       "14959 10699 16 128799 271 30 28217 10525 7398 28217 8701 4941 12548 1018 30 28217 10525 7398 28217 40148 5406 "
+       "2329 1281 72 32572 1718 28217 10525 7398 28217 40148 5406 1018 30 28217 10525 7398 28217 40148 5406 2329 1281 "
+       "73 32572 1718 28217 10525 7398 28217 40148 5406 1018 1718 28217 10525 7398 28217 8701 4941 12548 32 1\n"
+       "11932 16 128799 26545 3989 16 1\n")
+  run(RC 0 ARGS --chat --chat-format deepseek-v3.2 --thinking --replay-ids "${WORK_DIR}/two_calls.txt"
+      INPUT "Do two things.\n/tool one\n/tool two\n")
+  set(expected [=[>>> <think>Two calls.</think>
+{"function":{"arguments":"{}","name":"f"},"type":"function"}
+{"function":{"arguments":"{}","name":"g"},"type":"function"}
+>>> >>> <think>OK.</think>
+Both done.
+>>> 
+]=])
+  if(NOT out STREQUAL expected)
+    message(FATAL_ERROR "V3.2 two calls: expected\n${expected}\ngot\n${out}")
+  endif()
+
   # A tokenizer directory with an encoding/ folder (DeepSeek-V3.2's layout) chooses the format itself.
   file(MAKE_DIRECTORY "${WORK_DIR}/v3_2/encoding")
   file(COPY "${tokenizer}/tokenizer.json" "${tokenizer}/tokenizer_config.json" DESTINATION "${WORK_DIR}/v3_2")
