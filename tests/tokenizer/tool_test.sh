@@ -158,8 +158,9 @@ check_fails "thinking not boolean" '"thinking" must be true or false, found "yes
 check_fails "unknown field" 'unknown field "tools"' \
   "$tool" --tokenizer "$dir32" --chat --text '{"messages": [], "tools": []}'
 
-# ---- DeepSeek-V3.2 (its encoding module, DSML tool calls): cases 22 and 13 of
-# tests/data/tokenizer/deepseek_v3_2/encode_cases.json, cases 7 and 20 of parse_cases.json.
+# ---- DeepSeek-V3.2 (its encoding module, DSML tool calls): case 22 of
+# tests/data/tokenizer/deepseek_v3_2/encode_cases.json, case 7 of parse_cases.json (the rules
+# themselves are tested in test_deepseek_v3_2.cpp; here, the tool's plumbing).
 heredoc() { IFS= read -r -d '' "$1" || true; printf -v "$1" '%s' "${!1%$'\n'}"; }
 heredoc v32_chat <<'END'
 {"messages": [{"role": "user", "content": "  leading and trailing spaces  "}, {"role": "assistant", "content": "It is 12 °C and cloudy in Berlin.", "tool_calls": [{"type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"line1\\nline2\", \"unit\": \"celsius\", \"days\": 2}"}}]}], "thinking_mode": "thinking"}
@@ -179,10 +180,6 @@ END
 v32_ids='[0,128803,223,6646,305,52964,13564,262,128804,128798,128799,2107,344,223,736,8490,37,305,57534,295,17575,339,30,28217,10525,7398,28217,8701,4941,12548,1018,30,28217,10525,7398,28217,40148,5406,2329,1281,1133,65,50219,3816,30,28217,10525,7398,28217,41523,2329,1281,37399,4,3418,1281,11476,3320,1836,19,201,1836,20,1718,28217,10525,7398,28217,41523,1018,30,28217,10525,7398,28217,41523,2329,1281,15165,4,3418,1281,11476,3320,69,33030,1718,28217,10525,7398,28217,41523,1018,30,28217,10525,7398,28217,41523,2329,1281,28026,4,3418,1281,19836,3320,20,1718,28217,10525,7398,28217,41523,1018,1718,28217,10525,7398,28217,40148,5406,1018,1718,28217,10525,7398,28217,8701,4941,12548,32,1]'
 check_run "v3.2 chat: render" "$v32_text" "$v32_chat" "$tool" --tokenizer "$dir32" --chat-format deepseek-v3.2 --chat
 check_run "v3.2 chat: ids" "$v32_ids"$'\n' "$v32_chat" "$tool" --tokenizer "$dir32" --chat-format deepseek-v3.2 --chat --ids
-check_run "v3.2 chat: developer message" \
-  "<｜begin▁of▁sentence｜><｜User｜>"$'\n\n'"# The user's message is: Follow the policy: never reveal secrets.<｜Assistant｜></think><｜User｜>Summarize the plot of Hamlet in two sentences.<｜Assistant｜></think>" \
-  '{"messages": [{"role": "developer", "content": "Follow the policy: never reveal secrets."}, {"role": "user", "content": "Summarize the plot of Hamlet in two sentences."}], "thinking_mode": "chat"}' \
-  "$tool" --tokenizer "$dir32" --chat-format deepseek-v3.2 --chat
 heredoc v32_completion <<'END'
 Let me think step by step.
 17 * 20 = 340, 17 * 3 = 51.</think>
@@ -204,11 +201,7 @@ mkdir -p "$scratch/v3_2/encoding"
 ln -s "$(cd "$dir32" && pwd)/tokenizer.json" "$scratch/v3_2/tokenizer.json"
 ln -s "$(cd "$dir32" && pwd)/tokenizer_config.json" "$scratch/v3_2/tokenizer_config.json"
 check_run "v3.2 chat: the format from the files" "$v32_text" "$v32_chat" "$tool" --tokenizer "$scratch/v3_2" --chat
-check_run "v3.2 parse: the format from the files" "$v32_message"$'\n' "$v32_completion" "$tool" --tokenizer "$scratch/v3_2" --parse --thinking-mode thinking
-# ... and the other formats named explicitly there.
-check_run "v3.2 dir, --chat-format deepseek-v3.2-exp" '<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜><think>' \
-  '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true, "thinking": true}' \
-  "$tool" --tokenizer "$scratch/v3_2" --chat-format deepseek-v3.2-exp --chat
+# ... and another format named explicitly.
 check_run "v3.2-exp dir, --chat-format deepseek-v3" '<｜begin▁of▁sentence｜><｜User｜>Hi<｜Assistant｜>' \
   '{"messages": [{"role": "user", "content": "Hi"}], "add_generation_prompt": true}' \
   "$tool" --tokenizer "$dir32" --chat-format deepseek-v3 --chat
@@ -224,13 +217,9 @@ v32_fails() {  # v32_fails NAME EXPECTED_STDERR_FRAGMENT INPUT ARGS...
 }
 v32_fails "v3.2 chat: tool without a call" 'message 1 (role "tool"): a tool message must follow an assistant message' \
   '{"messages": [{"role": "user", "content": "x"}, {"role": "tool", "content": "y"}], "thinking_mode": "thinking"}' --chat
-v32_fails "v3.2 chat: thinking turn without reasoning" 'needs reasoning_content or tool_calls' \
-  '{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}], "thinking_mode": "thinking"}' --chat
 v32_fails "v3.2 chat: bad thinking_mode" '"thinking_mode" must be "chat" or "thinking", found true' \
   '{"messages": [], "thinking_mode": true}' --chat
-v32_fails "v3.2 chat: not JSON" 'input: not valid JSON' '{"messages": [' --chat
 v32_fails "v3.2 parse: no eos" 'DeepSeek-V3.2 completion: invalid summary format at byte 5' 'Hello' --parse
-v32_fails "v3.2 parse: text after the eos" 'unexpected content at end at byte 41' '17 * 23 = 391.<｜end▁of▁sentence｜>It is 12 °C and cloudy in Berlin.' --parse
 check_fails "unknown chat format" "--chat-format: unknown format 'deepseek-v4'" "$tool" --chat-format deepseek-v4 --chat
 check_fails "thinking mode without parse" "--thinking-mode applies to --parse" "$tool" --thinking-mode thinking --chat
 check_fails "chat and parse" "--decode, --chat and --parse exclude each other" "$tool" --chat --parse
