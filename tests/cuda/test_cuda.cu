@@ -26,6 +26,7 @@
 #include <dsv32/cuda.hpp>
 #include <dsv32/generate/generate.hpp>
 #include <dsv32/io/checkpoint.hpp>
+#include <dsv32/serving/engine.hpp>
 #include <dsv32/testing/golden.hpp>
 
 #include <algorithm>
@@ -795,6 +796,49 @@ void check_golden(const std::string& name) {
   MESSAGE(name << " on cuda: worst logits error " << report.max_logits_error());
 }
 
+// The golden prompts through the serving engine on the device (pages of 8 positions, chunked prompts,
+// several sequences a step): the reference's tokens, as on the CPU (tests/golden/test_golden_generate.cpp).
+template <class Config>
+void check_engine_generation(const std::string& name) {
+  const auto dir = kGolden / name;
+  std::ifstream in(dir / "manifest.json");
+  REQUIRE(in.good());
+  const auto manifest = nlohmann::json::parse(in);
+  const auto prompts = manifest.at("prompts").get<std::vector<std::vector<std::int32_t>>>();
+  const auto final_tokens = manifest.at("final_tokens").get<std::vector<std::vector<std::int32_t>>>();
+  const dsv32::ModelArgs args = dsv32::ModelArgs::from_file(dir / "config.json");
+  dsv32::Transformer<Config, Cuda> model(args.runtime);
+  dsv32::load_checkpoint(model, dir / "model0-mp1.safetensors");
+  dsv32::EngineOptions eo;
+  eo.cache_pages = 16;
+  eo.page_size = 8;
+  eo.max_running = 4;
+  eo.step_tokens = 6;
+  dsv32::Engine engine(model, eo);
+  const std::int64_t max_new = manifest.at("max_new_tokens").get<std::int64_t>();
+  std::size_t shortest = prompts[0].size();
+  for (const auto& p : prompts) shortest = std::min(shortest, p.size());
+  std::vector<dsv32::RequestHandle> handles;
+  for (const auto& p : prompts) {
+    dsv32::Request r;
+    r.prompt = p;
+    r.prefill_positions = static_cast<std::int64_t>(shortest);
+    r.max_new_tokens = std::min<std::int64_t>(max_new, args.runtime.max_seq_len - static_cast<std::int64_t>(p.size()));
+    r.sampling.temperature = 0;
+    handles.push_back(engine.submit(r));
+  }
+  engine.run_until_idle();
+  for (std::size_t b = 0; b < prompts.size(); ++b) {
+    CAPTURE(b);
+    const auto& row = final_tokens[b];
+    const std::size_t begin = prompts[b].size();
+    const std::size_t end = std::min(row.size(), begin + static_cast<std::size_t>(max_new));
+    CHECK(handles[b].wait().tokens == std::vector<std::int32_t>(row.begin() + static_cast<std::ptrdiff_t>(begin),
+                                                                row.begin() + static_cast<std::ptrdiff_t>(end)));
+  }
+  CHECK(engine.stats().pages_used == 0);
+}
+
 template <class Config>
 void check_generation(const std::string& name) {
   const auto dir = kGolden / name;
@@ -877,6 +921,14 @@ TEST_CASE("CUDA golden: prefills on the absorbed path equal the oracle's token-b
   check.operator()<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
   check.operator()<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
 }
+TEST_CASE("CUDA serving engine: the golden generations through the engine, every scenario") {
+  DSV32_REQUIRE_DEVICE();
+  check_engine_generation<dsv32::TinyBf16>("tiny_bf16");
+  check_engine_generation<dsv32::TinyBf16RopeInterleaved>("tiny_bf16_rope_interleaved");
+  check_engine_generation<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
+  check_engine_generation<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
+}
+
 TEST_CASE("CUDA golden generate: every scenario") {
   DSV32_REQUIRE_DEVICE();
   check_generation<dsv32::TinyBf16>("tiny_bf16");

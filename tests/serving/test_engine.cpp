@@ -231,6 +231,41 @@ TEST_CASE("Engine on HostInvisible: the same bits, no host read of backend memor
   check_batch_invariance<dsv32::TinyBf16, dsv32::testing::HostInvisible>();
 }
 
+TEST_CASE("Engine: a pool that holds one request at a time: preemption after preemption, the same bits") {
+  dsv32::Transformer<dsv32::TinyBf16> model(tiny_options());
+  model.init_random(6);
+  dsv32::EngineOptions eo;
+  eo.cache_pages = 6;  // 48 positions; each request needs 44 (prompts of 10 to 14 and 30 tokens out)
+  eo.page_size = 8;
+  eo.max_running = 4;
+  eo.step_tokens = 9;
+  dsv32::Engine engine(model, eo);
+  std::vector<dsv32::Request> requests;
+  std::vector<dsv32::RequestHandle> hs;
+  for (int i = 0; i < 4; ++i) {
+    dsv32::Request r;
+    r.prompt = random_tokens(static_cast<std::size_t>(10 + i), static_cast<std::uint32_t>(200 + i), 300);
+    r.max_new_tokens = 44 - static_cast<std::int64_t>(r.prompt.size());
+    r.sampling.temperature = i % 2 ? 0.9 : 0.0;
+    r.seed = static_cast<std::uint64_t>(i);
+    r.keep_logits = true;
+    requests.push_back(r);
+    hs.push_back(engine.submit(r));
+  }
+  engine.run_until_idle();
+  const dsv32::EngineStats st = engine.stats();
+  MESSAGE(st.preemptions << " preemptions in " << st.steps << " steps");
+  CHECK(st.preemptions >= 3);
+  CHECK(st.pages_used == 0);
+  for (std::size_t i = 0; i < requests.size(); ++i) {
+    CAPTURE(i);
+    const auto alone = run_alone(model, requests[i]);
+    CHECK(hs[i].wait().tokens.size() == static_cast<std::size_t>(requests[i].max_new_tokens));
+    CHECK(hs[i].wait().tokens == alone.tokens);
+    CHECK(hs[i].wait().last_logits == alone.last_logits);
+  }
+}
+
 TEST_CASE("Engine: the same tokens on Cpu and HostInvisible; a prefix hit gives the bits of a miss") {
   dsv32::Transformer<dsv32::TinyBf16> cpu(tiny_options());
   dsv32::Transformer<dsv32::TinyBf16, dsv32::testing::HostInvisible> hi(tiny_options());

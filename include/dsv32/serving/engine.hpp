@@ -526,14 +526,18 @@ class Engine {
     std::vector<Scheduled> plan;
     std::int64_t budget = options_.step_tokens;
     const std::int64_t P = plan_.page_size;
-    // 1. the running sequences, in admission order: a decode token, or the next chunk of the prompt
-    for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
-      Sequence* s = running_[i].get();
-      const std::int64_t n = std::min(static_cast<std::int64_t>(s->tokens.size()) - s->computed, budget);
-      if (!grow(*s, s->computed + n, /*may_preempt=*/true)) break;  // s itself was preempted: the last one
-      plan.push_back({s, n});
-      budget -= n;
-    }
+    // 1. the running sequences, in admission order: first a token for each that decodes, then the
+    //    next chunks of the prompts being prefilled (decode steps never wait behind a long prompt)
+    for (const bool decoding : {true, false})
+      for (std::size_t i = 0; i < running_.size() && budget > 0; ++i) {
+        Sequence* s = running_[i].get();
+        const std::int64_t left = static_cast<std::int64_t>(s->tokens.size()) - s->computed;
+        if ((left == 1) != decoding) continue;
+        const std::int64_t n = std::min(left, budget);
+        if (!grow(*s, s->computed + n, plan, budget)) break;  // s itself was preempted: it was the last
+        plan.push_back({s, n});
+        budget -= n;
+      }
     // 2. admissions, first come first served, while the budget, the running limit and the pages allow
     while (budget > 0 && static_cast<std::int64_t>(running_.size()) < options_.max_running && !waiting_.empty()) {
       Sequence& s = *waiting_.front();
@@ -549,7 +553,7 @@ class Engine {
       }
       s.computed = static_cast<std::int64_t>(s.pages.size()) * P;
       const std::int64_t n = std::min(len - s.computed, budget);
-      if (!grow(s, s.computed + n, /*may_preempt=*/false)) {
+      if (!grow(s, s.computed + n)) {
         release_pages(s);  // no pages for it now: it waits at the head of the queue
         break;
       }
@@ -620,22 +624,31 @@ class Engine {
     return static_cast<std::uint32_t>(std::clamp<std::int64_t>(s.expanded_end - j * plan_.page_size, 0, plan_.page_size));
   }
 
-  // Gives `s` pages for positions [0, end). When the pool is empty: preempts the most recently
-  // admitted running sequence (may_preempt) until one frees up, or fails; false when `s` itself had to
-  // be preempted or (admission) no page is left.
-  bool grow(Sequence& s, std::int64_t end, bool may_preempt) {
+  // Gives `s` pages for positions [0, end). When the pool is empty and `plan` is given: preempts the
+  // most recently admitted running sequence until a page frees up — taking it out of the step's plan
+  // (its tokens back into `budget`) if it was in it — and fails only when that is `s` itself. Without
+  // a plan (an admission), fails when no page is left.
+  bool grow(Sequence& s, std::int64_t end, std::vector<Scheduled>* plan = nullptr, std::int64_t* budget = nullptr) {
     const std::int64_t need = (end + plan_.page_size - 1) / plan_.page_size;
     while (static_cast<std::int64_t>(s.pages.size()) < need) {
       if (const auto page = pool_->allocate()) {
         s.pages.push_back(*page);
         continue;
       }
-      if (!may_preempt) return false;
+      if (!plan) return false;
       Sequence* victim = running_.back().get();
+      if (const auto it = std::find_if(plan->begin(), plan->end(), [&](const Scheduled& x) { return x.seq == victim; });
+          it != plan->end()) {
+        *budget += it->tokens;
+        plan->erase(it);
+      }
       preempt();
       if (victim == &s) return false;
     }
     return true;
+  }
+  bool grow(Sequence& s, std::int64_t end, std::vector<Scheduled>& plan, std::int64_t& budget) {
+    return grow(s, end, &plan, &budget);
   }
 
   // Preempts the most recently admitted running sequence: pages back (full ones stay cached), to the
