@@ -19,6 +19,8 @@
 // fractions above 1).
 #include <dsv32/dsv32.hpp>
 
+#include "serving_bench.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -57,6 +59,8 @@ struct Options {
   std::int64_t long_prompt = 0;  // > 0: only time one prefill of this many tokens (one pass)
   std::int64_t absorbed_from = RuntimeOptions{}.absorbed_prefill_from;
   bool fp8_fast = false;  // --long-prompt in the FP8 fast accumulation mode
+  bool serving = false;   // the serving engine's figures instead (serving_bench.hpp)
+  dsv32::bench::ServingOptions serving_options;
 };
 
 [[noreturn]] void usage(int rc) {
@@ -77,7 +81,13 @@ struct Options {
                "  --long-prompt N         instead: time one prefill of N tokens in one pass (tokens/s, peak memory)\n"
                "  --absorbed-from P       with --long-prompt: RuntimeOptions::absorbed_prefill_from (default 1024;\n"
                "                          N + 1 forces the expanded prefill, 0 the absorbed one)\n"
-               "  --fp8-fast              with --long-prompt: the FP8 fast accumulation mode\n");
+               "  --fp8-fast              with --long-prompt: the FP8 fast accumulation mode\n"
+               "  --serving               instead: the serving engine (static batch 8 against the engine, 16\n"
+               "                          requests at once and at a rate, a shared 2,048-token prompt with and\n"
+               "                          without the prefix cache)\n"
+               "  --serving-rate R        with --serving: arrivals per second of the paced run (default 0.5)\n"
+               "  --serving-memory        with --serving: also 64 sequences of 1,024 positions in a pool of just\n"
+               "                          that many (minutes of prefill)\n");
   std::exit(rc);
 }
 
@@ -128,6 +138,17 @@ Options parse(int argc, char** argv) {
     else if (a == "--long-prompt") o.long_prompt = parse_int(a, value(), 2);
     else if (a == "--absorbed-from") o.absorbed_from = parse_int(a, value(), 0);
     else if (a == "--fp8-fast") o.fp8_fast = true;
+    else if (a == "--serving") o.serving = true;
+    else if (a == "--serving-memory") o.serving_options.memory = true;
+    else if (a == "--serving-rate") {
+      const std::string v = value();
+      char* end = nullptr;
+      o.serving_options.rate = std::strtod(v.c_str(), &end);
+      if (v.empty() || *end != '\0' || !(o.serving_options.rate > 0)) {
+        std::fprintf(stderr, "dsv32-bench: --serving-rate expects a number > 0, got '%s'\n", v.c_str());
+        std::exit(2);
+      }
+    }
     else {
       std::fprintf(stderr, "dsv32-bench: unknown argument '%s' (see --help)\n", a.c_str());
       std::exit(2);
@@ -592,6 +613,12 @@ int main(int argc, char** argv) try {
   const int threads = cpu::num_threads();
   const cpu::Isa isa = cpu::active_isa();
   if (o.long_prompt > 0) return o.dtype == "bf16" ? run_long_prompt<Slice671BBf16>(o) : run_long_prompt<Slice671BFp8>(o);
+  if (o.serving) {
+    dsv32::bench::ServingOptions so = o.serving_options;
+    so.json = o.json;
+    so.seed = o.seed;
+    return o.dtype == "bf16" ? dsv32::bench::run_serving<Slice671BBf16>(so) : dsv32::bench::run_serving<Slice671BFp8>(so);
+  }
   const std::string load_start = loadavg();
   const double bandwidth_start = stream_triad_gbs();
   const double fma_peak_start = fma_peak_gflops(isa);
