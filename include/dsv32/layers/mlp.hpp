@@ -8,7 +8,6 @@
 #include "dsv32/backend/backend.hpp"
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/layers/context.hpp"
-#include "dsv32/layers/indexer.hpp"
 #include "dsv32/layers/linear.hpp"
 
 namespace dsv32 {

@@ -11,7 +11,6 @@
 #include "dsv32/config/model_args.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/layers/context.hpp"
-#include "dsv32/layers/indexer.hpp"
 #include "dsv32/layers/linear.hpp"
 #include "dsv32/layers/mlp.hpp"
 

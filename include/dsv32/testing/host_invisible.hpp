@@ -27,6 +27,7 @@
 #include "dsv32/backend/cpu/kernels.hpp"
 #include "dsv32/backend/cpu/memory.hpp"
 #include "dsv32/backend/kernel_args.hpp"
+#include "dsv32/backend/kernels_contract.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/tensor.hpp"
 
@@ -316,6 +317,10 @@ struct Kernels<testing::HostInvisible> {
     K::widen_to_f32(ctx.cpu, host(x), host(out));
   }
 };
+
+static_assert(KernelsContract<testing::HostInvisible>,
+              "Kernels<testing::HostInvisible> must provide every operation of the Kernels contract "
+              "(backend/kernels_contract.hpp)");
 
 /// @}
 

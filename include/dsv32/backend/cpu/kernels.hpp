@@ -23,6 +23,7 @@
 #include "dsv32/backend/cpu/quant.hpp"
 #include "dsv32/backend/cpu/rope.hpp"
 #include "dsv32/backend/kernel_args.hpp"
+#include "dsv32/backend/kernels_contract.hpp"
 
 /// \namespace dsv32::cpu
 /// \brief The CPU backend's kernels as free functions on host pointers and views; Kernels<Cpu>
@@ -299,6 +300,9 @@ struct Kernels<Cpu> {
     cpu::widen_to_f32(x, out);
   }
 };
+
+static_assert(KernelsContract<Cpu>, "Kernels<Cpu> must provide every operation of the Kernels contract "
+              "(backend/kernels_contract.hpp)");
 
 /// @}
 

@@ -20,6 +20,7 @@
 #include "dsv32/backend/cuda/memory.hpp"
 #include "dsv32/backend/cuda/moe.cuh"
 #include "dsv32/backend/kernel_args.hpp"
+#include "dsv32/backend/kernels_contract.hpp"
 #include "dsv32/core/tensor.hpp"
 
 namespace dsv32 {
@@ -312,6 +313,9 @@ struct Kernels<Cuda> {
     cuda::launch_convert(ctx, true, x.data, x.stride, out.data, out.stride, x.rows, x.cols);
   }
 };
+
+static_assert(KernelsContract<Cuda>, "Kernels<Cuda> must provide every operation of the Kernels contract "
+              "(backend/kernels_contract.hpp)");
 
 /// @}
 
