@@ -222,9 +222,11 @@ dsv32::ChatOutput parse_completion(const dsv32::Tokenizer& tokenizer, dsv32::Cha
                                    const std::string& input) {
   const bool thinking = args.thinking.value_or(false);
   if (format == dsv32::ChatFormat::deepseek_v3_2) {
-    const std::string text =
-        args.ids ? tokenizer.decode(parse_ids(parse_json_input(input, "an array of token ids"))) : input;
-    return dsv32::deepseek_v3_2::parse_completion(text, thinking);
+    if (args.ids) {
+      return dsv32::deepseek_v3_2::parse_completion(tokenizer, parse_ids(parse_json_input(input, "an array of token ids")),
+                                                    thinking);
+    }
+    return dsv32::deepseek_v3_2::parse_completion(input, thinking);
   }
   const auto start = thinking ? dsv32::ChatOutputState::reasoning : dsv32::ChatOutputState::content;
   dsv32::ChatOutputParser parser(tokenizer, format, start);

@@ -160,6 +160,7 @@ TEST_CASE("deepseek-v3.2: every case of parse_cases.json parses to its message, 
     if (!c.at("message").is_null()) {
       const ChatOutput out = v32::parse_completion(text, thinking);
       CHECK(v32::message_json(out) == c.at("message"));
+      CHECK(v32::parse_completion(v32_tokenizer(), v32_tokenizer().encode(text), thinking) == out);
       CHECK(out.content == c.at("message").at("content").get<std::string>());
       CHECK(out.reasoning == c.at("message").at("reasoning_content").get<std::string>());
       calls += out.tool_calls.size();
@@ -170,6 +171,7 @@ TEST_CASE("deepseek-v3.2: every case of parse_cases.json parses to its message, 
       const std::string rule = lowercase(module.substr(module.find(": ") + 2));
       const std::string error = error_of([&] { (void)v32::parse_completion(text, thinking); });
       CHECK(error.starts_with("dsv32 [invalid_argument]: DeepSeek-V3.2 completion: " + rule + " at byte "));
+      CHECK(error_of([&] { (void)v32::parse_completion(v32_tokenizer(), v32_tokenizer().encode(text), thinking); }) == error);
       ++refused;
     }
   }

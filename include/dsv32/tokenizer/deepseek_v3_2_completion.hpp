@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <array>
 #include <cstddef>
+#include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <span>
@@ -37,6 +38,7 @@
 #include "dsv32/tokenizer/chat_reply.hpp"
 #include "dsv32/tokenizer/deepseek_v3_2_encoding.hpp"
 #include "dsv32/tokenizer/python_json.hpp"
+#include "dsv32/tokenizer/tokenizer.hpp"
 #include "dsv32/tokenizer/utf8.hpp"
 
 namespace dsv32::deepseek_v3_2 {
@@ -267,6 +269,13 @@ inline ChatOutput parse_completion(std::string_view text, bool thinking) {
     }
   }
   return out;
+}
+
+/// \brief parse_completion() of a completion's token ids, decoded with `tokenizer` keeping the
+///        special tokens (the eos is part of the grammar, a bos in the reply an error).
+/// \throws Error(invalid_argument) for an id without a token, and as parse_completion().
+inline ChatOutput parse_completion(const Tokenizer& tokenizer, std::span<const std::int32_t> ids, bool thinking) {
+  return parse_completion(tokenizer.decode(ids, /*skip_special_tokens=*/false), thinking);
 }
 
 /// \brief Parses a reply as it is generated, chunk by chunk, into ChatOutputDelta values — for
