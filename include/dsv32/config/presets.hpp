@@ -1,5 +1,6 @@
 /// \file
-/// \brief Config presets: the released DeepSeek-V3.2-Exp (671B) and the tiny configs of the golden scenarios.
+/// \brief Config presets: the released DeepSeek-V3.2-Exp (671B), its two-layer slice, the tiny configs
+///        of the golden scenarios and the demo model.
 ///
 /// A preset's members override the fields of the same name in its base (ConfigDefaults or another
 /// preset); each member's documentation is that of the ConfigDefaults field.
@@ -132,6 +133,16 @@ struct TinyFp8Ue8m0Yarn : TinyFp8Base {
   static constexpr std::string_view name = "tiny_fp8_ue8m0_yarn";  ///< \copydoc ConfigDefaults::name
   static constexpr ScaleFmt scale_fmt = ScaleFmt::ue8m0;           ///< \copydoc ConfigDefaults::scale_fmt
   static constexpr std::optional<bool> gate_bias = true;           ///< \copydoc ConfigDefaults::gate_bias
+};
+
+/// \brief The demo model (dsv32-server's default, with seeded random weights): the shape of the tiny
+///        FP8 golden scenarios at dim 128 with the released model's vocabulary (129280), so that every
+///        id of DeepSeek's tokenizers fits and text and chat work out of the box; 66 MiB of weights, a
+///        few ms per token on one core.
+struct DemoFp8 : TinyFp8Ue8m0Yarn {
+  static constexpr std::string_view name = "demo-fp8";        ///< \copydoc ConfigDefaults::name
+  static constexpr std::int64_t vocab_size = 129280;          ///< \copydoc ConfigDefaults::vocab_size
+  static constexpr std::int64_t dim = 128;                    ///< \copydoc ConfigDefaults::dim
 };
 
 /// \brief Golden scenario `tiny_fp8_plain_scale`: FP8 weights, activation scale amax/448, no gate bias.
