@@ -302,8 +302,9 @@ Arguments parse_arguments(int argc, char** argv) {
     usage_error("--chat-format: unknown format '" + *a.chat_format + "' (deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3)");
 #else
   if (a.prompt_text || a.text || a.chat || a.tokenizer || a.thinking || a.chat_format)
-    usage_error("text input (--prompt, --text, --chat, --tokenizer, --thinking, --chat-format) needs the tokenizer component, which this build "
-                "of dsv32-generate does not have (configure with PCRE2 and DSV32_BUILD_TOKENIZER=ON)");
+    usage_error("text input (--prompt, --text, --chat, --tokenizer, --thinking, --chat-format) needs the tokenizer "
+                "component, which this build of dsv32-generate does not have (configure with PCRE2 and "
+                "DSV32_BUILD_TOKENIZER=ON)");
 #endif
   return a;
 }

@@ -212,7 +212,8 @@ std::string render_template_chat(const dsv32::Tokenizer& tokenizer, const Argume
   }
   const std::vector<dsv32::ChatMessage> parsed = dsv32::chat_messages_from_json(*messages);
   if (args.chat_format) {
-    return dsv32::ChatTemplate(template_kind(*args.chat_format), tokenizer.chat_template().bos_token()).render(parsed, options);
+    const dsv32::ChatTemplate named(template_kind(*args.chat_format), tokenizer.chat_template().bos_token());
+    return named.render(parsed, options);
   }
   return tokenizer.apply_chat_template(parsed, options);
 }

@@ -257,8 +257,10 @@ TEST_CASE("deepseek-v3.2: the streaming parser gives the strict parser's message
 }
 
 TEST_CASE("deepseek-v3.2: calls arrive with their </｜DSML｜invoke; malformed replies come back as content") {
-  const std::string call = "<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"false\">1</｜DSML｜parameter>\n</｜DSML｜invoke>";
-  const std::string text = "Hi\n\n<｜DSML｜function_calls>\n" + call + "\n" + call + "\n</｜DSML｜function_calls><｜end▁of▁sentence｜>";
+  const std::string call =
+      "<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"false\">1</｜DSML｜parameter>\n</｜DSML｜invoke>";
+  const std::string text =
+      "Hi\n\n<｜DSML｜function_calls>\n" + call + "\n" + call + "\n</｜DSML｜function_calls><｜end▁of▁sentence｜>";
   v32::CompletionScanner scanner(false);
   std::vector<std::size_t> arrivals;  // byte after which each call arrived
   for (std::size_t b = 0; b < text.size(); ++b) {
@@ -275,7 +277,8 @@ TEST_CASE("deepseek-v3.2: calls arrive with their </｜DSML｜invoke; malformed 
   CHECK(scanner.output() == ChatOutput{"", "Hi", {{"f", "{\"a\": 1}"}, {"f", "{\"a\": 1}"}}});
 
   // A broken second call: the first stays delivered, the rest is content as generated (without eos).
-  const std::string broken = "Hi\n\n<｜DSML｜function_calls>\n" + call + "\n<｜DSML｜invoke nom=\"g\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls><｜end▁of▁sentence｜>";
+  const std::string broken = "Hi\n\n<｜DSML｜function_calls>\n" + call +
+                             "\n<｜DSML｜invoke nom=\"g\">\n</｜DSML｜invoke>\n</｜DSML｜function_calls><｜end▁of▁sentence｜>";
   const auto s = scan_chunks({broken}, false, false);
   CHECK(s.state() == ChatOutputState::malformed);
   CHECK(s.output().tool_calls == std::vector<ToolCall>{{"f", "{\"a\": 1}"}});
@@ -482,8 +485,12 @@ TEST_CASE("python_json: dumps and loads as Python's json module") {
   CHECK(error_of([] { (void)pyjson::loads(std::string(300, '[') + std::string(300, ']'), "x"); }) ==
         "dsv32 [invalid_argument]: x: JSON nested deeper than 256 levels");
   // Python's truth values.
-  for (const char* falsy : {"null", "false", "0", "0.0", "\"\"", "[]", "{}"}) CHECK_FALSE(pyjson::truthy(pyjson::loads(falsy, "x")));
-  for (const char* truthy : {"true", "-1", "0.5", "\" \"", "[0]", "{\"a\": null}"}) CHECK(pyjson::truthy(pyjson::loads(truthy, "x")));
+  for (const char* falsy : {"null", "false", "0", "0.0", "\"\"", "[]", "{}"}) {
+    CHECK_FALSE(pyjson::truthy(pyjson::loads(falsy, "x")));
+  }
+  for (const char* truthy : {"true", "-1", "0.5", "\" \"", "[0]", "{\"a\": null}"}) {
+    CHECK(pyjson::truthy(pyjson::loads(truthy, "x")));
+  }
 }
 
 TEST_CASE("deepseek-v3.2: the chat format is chosen explicitly or from the tokenizer files") {

@@ -398,7 +398,9 @@ inline EncodeRequest request_from_json(const nlohmann::ordered_json& request) {
       }
       out.options.thinking = *it == "thinking";
     } else if (it.key() == "drop_thinking") {
-      if (!it->is_boolean()) fail(ErrorKind::invalid_argument, "\"drop_thinking\" must be true or false, found ", it->dump());
+      if (!it->is_boolean()) {
+        fail(ErrorKind::invalid_argument, "\"drop_thinking\" must be true or false, found ", it->dump());
+      }
       out.options.drop_thinking = it->get<bool>();
     } else {
       fail(ErrorKind::invalid_argument, "unknown field \"", it.key(),
