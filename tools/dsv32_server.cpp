@@ -1186,6 +1186,7 @@ Run bench_http(const Arguments& a, int port, const std::string& model, std::int6
   return closed_loop(clients, requests, [&](std::int64_t i, Run& run, std::mutex& mu) {
     httplib::Client cli("127.0.0.1", port);
     cli.set_read_timeout(3600, 0);
+    cli.set_tcp_nodelay(true);  // the request in one segment, not held back for an ACK
     const Json body{{"model", model},
                     {"prompt", bench_prompt(a.bench_prompt, vocab, salt + static_cast<std::uint64_t>(i))},
                     {"max_tokens", a.bench_output},

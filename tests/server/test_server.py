@@ -10,6 +10,7 @@ values come from elsewhere than the server: dsv32-tokenize (prompt token counts,
 golden reference's tokens, the scripted replies, and the same request sent alone.
 """
 import argparse
+import ctypes
 import http.client
 import json
 import os
@@ -32,6 +33,11 @@ DEMO = "dsv32-demo"
 
 # ------------------------------------------------------------------------------------------ helpers
 
+def die_with_parent():
+    """In the child before exec: SIGKILL when this test process ends, however it ends (a ctest timeout)."""
+    ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
 class Server:
     """A dsv32-server process on a free port."""
 
@@ -40,7 +46,7 @@ class Server:
         full_env.pop("DSV32_API_KEY", None)
         full_env.update(env or {})
         self.proc = subprocess.Popen([ARGS.server, "--port", "0", *extra], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=full_env)
+                                     stderr=subprocess.PIPE, text=True, env=full_env, preexec_fn=die_with_parent)
         self.stderr = []
         self._lines = queue.Queue()
         threading.Thread(target=self._read, args=(self.proc.stdout, self._lines), daemon=True).start()
@@ -812,7 +818,8 @@ class disconnect(unittest.TestCase):
             events = s.events()
             for _ in range(3):
                 next(events)
-            self.assertEqual(server.metrics()["dsv32_requests_running"], 1)
+            # (the engine publishes its figures after each step: the token may come first)
+            self.assertEqual(server.wait_metrics(lambda m: m["dsv32_requests_running"] == 1)["dsv32_requests_running"], 1)
             s.close()
             m = server.wait_metrics(lambda m: m["dsv32_requests_running"] == 0, timeout=20)
             self.assertEqual(m["dsv32_requests_running"], 0)
@@ -829,6 +836,7 @@ class disconnect(unittest.TestCase):
             a = Stream(server, "/v1/chat/completions", body)
             ea = a.events()
             next(ea), next(ea)  # A runs
+            server.wait_metrics(lambda m: m["dsv32_requests_running"] == 1)
             b = Stream(server, "/v1/chat/completions", body)
             next(b.events())  # B's role chunk: it waits
             self.assertEqual(server.wait_metrics(lambda m: m["dsv32_requests_waiting"] == 1)["dsv32_requests_waiting"], 1)
@@ -868,9 +876,13 @@ class faults(unittest.TestCase):
             a = Stream(server, "/v1/chat/completions", body)
             ea = a.events()
             next(ea), next(ea)
+            # A runs once the engine says so (it publishes its figures after each step; until then a
+            # request admitted in the step still counts as waiting)
+            server.wait_metrics(lambda m: m["dsv32_requests_running"] == 1)
             b = Stream(server, "/v1/chat/completions", body)
+            self.assertEqual(b.status, 200)
             next(b.events())
-            server.wait_metrics(lambda m: m["dsv32_requests_waiting"] == 1)
+            self.assertEqual(server.wait_metrics(lambda m: m["dsv32_requests_waiting"] == 1)["dsv32_requests_waiting"], 1)
             with self.assertRaises(openai.RateLimitError) as e:
                 server.client().chat.completions.create(**body)
             self.assertEqual(e.exception.body["code"], "server_busy")
