@@ -569,15 +569,21 @@ class Reply {
     for (auto& c : from.tool_calls) to.tool_calls.push_back(std::move(c));
   }
 
-  // Whether the text ends with the start of a marker that push_text() waits to complete.
-  static bool may_continue_marker(std::string_view s) {
+  // The length of the longest tail of `s` that begins a marker: what push_text() holds back until
+  // the next text tells whether the marker comes (every marker starts with '<').
+  static std::size_t marker_start_length(std::string_view s) {
     namespace ct = dsv32::chat_tokens;
+    std::size_t longest = 0;
     for (std::string_view m : {ct::think_begin, ct::think_end, ct::tool_calls_begin, ct::tool_calls_end, ct::tool_call_begin,
                                ct::tool_sep, ct::tool_call_end, ct::end_of_sentence}) {
-      for (std::size_t n = std::min(m.size() - 1, s.size()); n > 0; --n)
-        if (s.substr(s.size() - n) == m.substr(0, n)) return true;
+      for (std::size_t n = std::min(m.size() - 1, s.size()); n > longest; --n) {
+        if (s.substr(s.size() - n) == m.substr(0, n)) {
+          longest = n;
+          break;
+        }
+      }
     }
-    return false;
+    return longest;
   }
 
   void feed(const std::string& text, dsv32::ChatOutputDelta& out) {
@@ -594,9 +600,11 @@ class Reply {
     try {
       dsv32::ChatOutputDelta d = parser_->push_text(text);
       const auto s = parser_->state();
-      const bool settled = (s == dsv32::ChatOutputState::reasoning || s == dsv32::ChatOutputState::content) &&
-                           !may_continue_marker(unconfirmed_);
-      if (settled || !d.tool_calls.empty()) unconfirmed_.clear();
+      if (s == dsv32::ChatOutputState::reasoning || s == dsv32::ChatOutputState::content) {
+        unconfirmed_.erase(0, unconfirmed_.size() - marker_start_length(unconfirmed_));  // the rest was emitted
+      } else if (!d.tool_calls.empty()) {
+        unconfirmed_.clear();  // a call completed: everything before it is accounted for
+      }
       append(out, std::move(d));
     } catch (const dsv32::Error&) {
       out.content += unconfirmed_;

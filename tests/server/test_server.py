@@ -671,6 +671,9 @@ class scripted(unittest.TestCase):
                          "Hello<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>f<｜tool▁sep｜>{}</think>tail")
         self.assertIsNone(r.choices[0].message.tool_calls)
         self.assertEqual(r.choices[0].finish_reason, "stop")
+        # text the parser held back (a "<" that might start a marker) is given once, before the break
+        r = self.both(messages=[{"role": "user", "content": "SCRIPT_LT"}])
+        self.assertEqual(r.choices[0].message.content, "Hi <</think> end")
         # a complete call before the break is kept; the broken rest is content
         r = self.both(messages=[{"role": "user", "content": "SCRIPT_HALF"}])
         m = r.choices[0].message
