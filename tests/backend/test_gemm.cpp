@@ -339,6 +339,65 @@ TEST_CASE("cpu::linear_f32 / linear with BF16 and F32 weights, every ISA: bit-id
   }
 }
 
+TEST_CASE("cpu::linear / linear_f32, every ISA: a row's result does not depend on the rows beside it in the call") {
+  // Batch invariance, which the serving engine relies on: every row of a call of M rows gives the
+  // bits it gives alone, for bf16 and f32 weights (streamed rows up to 8, packed panels beyond) and
+  // FP8 in the exact mode; in the fast mode within each order (row order up to 4 rows, panel order
+  // from 5: there a row is compared with the same row in a call of 5). K = 1000 leaves a column tail
+  // of every kernel's step; 70 weight rows a partial row group.
+  std::mt19937 gen(71);
+  const std::int64_t k = 1000, n = 70, kq = 384, nq = 200, most = 17;
+  const auto x = random_bf16(static_cast<std::size_t>(most * k), gen);
+  const auto wb = random_bf16(static_cast<std::size_t>(n * k), gen, 0.05f);
+  std::vector<float> wf(wb.size());
+  for (std::size_t i = 0; i < wb.size(); ++i) wf[i] = static_cast<float>(wb[i]) * 1.2345f;
+  const Fp8Weight wq = random_fp8_weight(nq, kq, gen);
+  std::vector<bf16> xq = random_bf16(static_cast<std::size_t>(most * kq), gen);
+  auto rows_of = [](const auto& v, std::int64_t first, std::int64_t count, std::int64_t width) {
+    using T = typename std::decay_t<decltype(v)>::value_type;
+    return std::vector<T>(v.begin() + first * width, v.begin() + (first + count) * width);
+  };
+  for (cpu::Isa isa : isas_here()) {
+    IsaScope scope(isa);
+    CAPTURE(cpu::isa_name(isa));
+    // (dtype: 0 bf16 through linear_f32, 1 bf16 through linear, 2 f32, 3 FP8 exact, 4 FP8 fast)
+    auto run = [&](int dtype, std::int64_t first, std::int64_t m) {
+      std::vector<float> y;
+      if (dtype == 0 || dtype == 2) {
+        y.resize(static_cast<std::size_t>(m * n));
+        const WeightView w = dtype == 0 ? WeightView{DType::BF16, wb.data(), n, k, nullptr}
+                                        : WeightView{DType::F32, wf.data(), n, k, nullptr};
+        cpu::linear_f32({x.data() + first * k, m, k, k}, w, {y.data(), m, n, n});
+      } else if (dtype == 1) {
+        std::vector<bf16> yb(static_cast<std::size_t>(m * n));
+        cpu::linear({x.data() + first * k, m, k, k}, {DType::BF16, wb.data(), n, k, nullptr}, ScaleFmt::none,
+                    {yb.data(), m, n, n});
+        for (const bf16 v : yb) y.push_back(static_cast<float>(v));
+      } else {
+        Fp8Scope mode(dtype == 3 ? cpu::Fp8Accumulation::exact : cpu::Fp8Accumulation::fast);
+        std::vector<bf16> yb(static_cast<std::size_t>(m * nq));
+        cpu::linear({xq.data() + first * kq, m, kq, kq}, wq.view(), ScaleFmt::ue8m0, {yb.data(), m, nq, nq});
+        for (const bf16 v : yb) y.push_back(static_cast<float>(v));
+      }
+      return y;
+    };
+    for (int dtype = 0; dtype < 5; ++dtype) {
+      CAPTURE(dtype);
+      const std::int64_t width = dtype >= 3 ? nq : n;
+      for (std::int64_t m = 2; m <= most; ++m) {
+        CAPTURE(m);
+        const std::vector<float> all = run(dtype, 0, m);
+        // the fast mode's panel order (m > 4) against calls of 5 rows; else against each row alone
+        const std::int64_t unit = dtype == 4 && m > cpu::simd::kFp8RowOrderMaxRows ? 5 : 1;
+        for (std::int64_t first = 0; first + unit <= m; first += unit) {
+          const std::vector<float> part = run(dtype, first, unit);
+          CHECK(same_bits(rows_of(all, first, unit, width), part));
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("cpu::linear_f32 with BF16 weights, every ISA: subnormal and tiny operands summed as the sequential f32 sum") {
   // VDPBF16PS (the AVX512_BF16 decode kernel) treats subnormal inputs and results as zero: x rows and
   // weight rows built so that doing so would change the sum must take the f32 path and give the

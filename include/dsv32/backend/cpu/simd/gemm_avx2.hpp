@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -255,6 +256,50 @@ DSV32_TARGET_AVX2 inline void widen_e4m3(const std::uint8_t* x, std::int64_t n, 
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, load_x_e4m3(x + i));
   for (; i < n; ++i) out[i] = kE4m3Decode[x[i]];
 }
+/// max |x| over n bf16 values; MAXPS(v, acc) keeps acc where v is NaN, as std::max(acc, v) does.
+DSV32_TARGET_AVX2 inline float amax_bf16(const std::uint16_t* x, std::int64_t n) {
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  __m256 acc = _mm256_setzero_ps();
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) acc = _mm256_max_ps(_mm256_and_ps(load_row<0>(x + i, 0, 0, 0, 8), abs_mask), acc);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc);
+  float amax = 0.0f;  // the maximum is exact in any order (no lane holds a NaN)
+  for (const float v : lanes) amax = std::max(amax, v);
+  for (; i < n; ++i) amax = std::max(amax, std::fabs(std::bit_cast<float>(static_cast<std::uint32_t>(x[i]) << 16)));
+  return amax;
+}
+/// encode_e4m3(clamp(f32(x) / s, -448, 448)), 8 at a time, branch-free (as the AVX-512 version): the
+/// same bits.
+DSV32_TARGET_AVX2 inline void quantize_e4m3(const std::uint16_t* x, std::int64_t n, float s, std::uint8_t* out) {
+  const __m256 vs = _mm256_set1_ps(s), hi = _mm256_set1_ps(kE4m3Max), lo = _mm256_set1_ps(-kE4m3Max);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  // byte 0 of each dword to the lane's first 4 bytes
+  const __m256i gather = _mm256_setr_epi8(0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,  //
+                                          0, 4, 8, 12, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1);
+  std::int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    // std::clamp: lo if v < lo, else hi if hi < v, else v (NaN stays NaN): MINPS / MAXPS return
+    // their second operand unless the first compares smaller / greater
+    const __m256 v = _mm256_max_ps(lo, _mm256_min_ps(hi, _mm256_div_ps(load_row<0>(x + i, 0, 0, 0, 8), vs)));
+    const __m256i bits = _mm256_castps_si256(v), abs = _mm256_and_si256(bits, abs_mask);
+    const __m256 a = _mm256_castsi256_ps(abs);
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(bits, 24), _mm256_set1_epi32(0x80));
+    // normal: 3 mantissa bits, half to even on the bit pattern; (e + 7) << 3 | m == (r >> 20) - 960
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(abs, _mm256_set1_epi32(0x7FFFF)),
+                                       _mm256_and_si256(_mm256_srli_epi32(abs, 20), _mm256_set1_epi32(1)));
+    __m256i code = _mm256_sub_epi32(_mm256_srli_epi32(r, 20), _mm256_set1_epi32(960));
+    // subnormal: multiples of 2^-9, rounded in the current mode (nearbyint's)
+    const __m256i sub = _mm256_castps_si256(_mm256_cmp_ps(a, _mm256_set1_ps(0.015625f), _CMP_LT_OQ));
+    code = _mm256_blendv_epi8(code, _mm256_cvtps_epi32(_mm256_mul_ps(a, _mm256_set1_ps(512.0f))), sub);
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7E), _mm256_castps_si256(_mm256_cmp_ps(a, hi, _CMP_GE_OQ)));
+    code = _mm256_blendv_epi8(code, _mm256_set1_epi32(0x7F), _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7F800000)));
+    const __m256i bytes = _mm256_shuffle_epi8(_mm256_or_si256(code, sign), gather);
+    const __m128i packed = _mm_unpacklo_epi32(_mm256_castsi256_si128(bytes), _mm256_extracti128_si256(bytes, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(out + i), packed);
+  }
+  portable::quantize_e4m3(x + i, n - i, s, out + i);
+}
 DSV32_TARGET_AVX2 inline void widen_e4m3_f64(const std::uint8_t* x, std::int64_t n, double* out) {
   std::int64_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -319,6 +364,95 @@ DSV32_TARGET_AVX2 inline void epilogue_f32(int mr, int n, const float* dot, std:
   }
 }
 
+/// 8 columns (4 pairs) of 8 bf16 weight rows from column k on as p[c] = pair c of every row (dword
+/// lane j: row j's bf16 bits of columns k + 2c, low half, and k + 2c + 1, high half): each vector
+/// loaded from two rows, row q into the low 128-bit lane and row q + 4 into the high one, then a
+/// 4 x 4 dword transpose inside the 128-bit lanes (8 unpacks per 64 weights, against 24 shuffles and
+/// two widening passes per 64 for pack16's 8 x 8 f32 transpose).
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void load_pairs8(const std::uint16_t* const* wr,
+                                                                        std::int64_t k, __m256i p[4]) {
+  __m256i v[4];
+  for (int q = 0; q < 4; ++q)
+    v[q] = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[q] + k))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(wr[q + 4] + k)), 1);
+  const __m256i t0 = _mm256_unpacklo_epi32(v[0], v[1]), t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+  const __m256i t2 = _mm256_unpacklo_epi32(v[2], v[3]), t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+  p[0] = _mm256_unpacklo_epi64(t0, t2);
+  p[1] = _mm256_unpackhi_epi64(t0, t2);
+  p[2] = _mm256_unpacklo_epi64(t1, t3);
+  p[3] = _mm256_unpackhi_epi64(t1, t3);
+}
+
+/// How far ahead (in columns) bf16_rows8 asks for each of its rows: 512 bytes, as the AVX-512
+/// kernel does.
+inline constexpr std::int64_t kBf16RowsAhead = 256;
+
+/// 8 columns of bf16_rows8: the weights from rows[j] + kw, x from column kx.
+template <int MT>
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void bf16_rows8_step(const std::uint16_t* const* rows,
+                                                                            std::int64_t kw, const float* x,
+                                                                            std::int64_t ldx, std::int64_t kx,
+                                                                            __m256 acc[MT]) {
+  const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  __m256i p[4];
+  load_pairs8(rows, kw, p);
+  for (int c = 0; c < 4; ++c) {
+    const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(p[c], 16));
+    const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(p[c], hi));
+    for (int m = 0; m < MT; ++m) acc[m] = _mm256_fmadd_ps(even, _mm256_broadcast_ss(x + m * ldx + kx + 2 * c), acc[m]);
+    for (int m = 0; m < MT; ++m)
+      acc[m] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(x + m * ldx + kx + 2 * c + 1), acc[m]);
+  }
+}
+
+/// GemmOps::bf16_rows for MT x rows and n <= 8 weight rows, vector lane j over weight row j: 8
+/// columns of the rows at a time as 4 vectors of column pairs (load_pairs8), each pair's even then
+/// odd column multiplied into the MT accumulators (exact products, one rounding per addition: the
+/// sequential f32 sum), x broadcast from memory. Rows past n read row 0 and are not stored; a
+/// column tail (K % 8) runs on a zero-padded copy (x is zero there too).
+template <int MT>
+DSV32_TARGET_AVX2 void bf16_rows8(std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
+                                  std::int64_t ldw, int n, float* out, std::int64_t ldo) {
+  const std::uint16_t* wr[8];
+  for (int j = 0; j < 8; ++j) wr[j] = w + (j < n ? j : 0) * ldw;
+  __m256 acc[MT];
+  for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
+  std::int64_t k = 0;
+  for (; k + 32 <= K; k += 32) {
+    if (k + kBf16RowsAhead < K)
+      for (int j = 0; j < 8; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + k + kBf16RowsAhead), _MM_HINT_T0);
+#if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (gcc compiles this code anyway)
+#pragma GCC unroll 4
+#endif
+    for (int s = 0; s < 32; s += 8) bf16_rows8_step<MT>(wr, k + s, x, ldx, k + s, acc);
+  }
+  for (; k + 8 <= K; k += 8) bf16_rows8_step<MT>(wr, k, x, ldx, k, acc);
+  if (k < K) {
+    alignas(16) std::uint16_t tile[8][8] = {};
+    const std::uint16_t* tr[8];
+    for (int j = 0; j < 8; ++j) {
+      std::memcpy(tile[j], wr[j] + k, static_cast<std::size_t>(K - k) * 2);
+      tr[j] = tile[j];
+    }
+    bf16_rows8_step<MT>(tr, 0, x, ldx, k, acc);
+  }
+  const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  for (int m = 0; m < MT; ++m) _mm256_maskstore_ps(out + m * ldo, lanes, acc[m]);
+}
+
+/// GemmOps::bf16_rows: bf16_rows8 on all M x rows at once (one kernel per M, so that each weight is
+/// read once), 8 weight rows at a time.
+DSV32_TARGET_AVX2 inline void bf16_rows(int M, int n, std::int64_t K, const float* x, std::int64_t ldx,
+                                        const std::uint16_t* w, std::int64_t ldw, float* out, std::int64_t ldo) {
+  using Kernel = void (*)(std::int64_t, const float*, std::int64_t, const std::uint16_t*, std::int64_t, int, float*,
+                          std::int64_t);
+  static constexpr Kernel kernels[8] = {bf16_rows8<1>, bf16_rows8<2>, bf16_rows8<3>, bf16_rows8<4>,
+                                        bf16_rows8<5>, bf16_rows8<6>, bf16_rows8<7>, bf16_rows8<8>};
+  for (int r0 = 0; r0 < n; r0 += 8)
+    kernels[M - 1](K, x, ldx, w + r0 * ldw, ldw, n - r0 < 8 ? n - r0 : 8, out + r0, ldo);
+}
+
 /// The sums of four vectors of doubles, as the four lanes of one vector.
 DSV32_TARGET_AVX2 inline __m256d reduce4(const __m256d a[4]) {
   const __m256d h01 = _mm256_hadd_pd(a[0], a[1]), h23 = _mm256_hadd_pd(a[2], a[3]);
@@ -346,23 +480,45 @@ DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void prefetch_block(cons
   _mm_prefetch(reinterpret_cast<const char*>(at + 64), _MM_HINT_T0);
 }
 
-/// One block of e4m3_rows for MT x rows and R weight rows (MT * R <= 8); see the AVX-512 version.
+/// One block of e4m3_rows for MT x rows and R weight rows (MT * R <= 8). Each weight code becomes
+/// the double whose top 16 bits are sign << 15 | (code & 0x7F) << 1 and whose other bits are 0: the
+/// code's value times 2^-1016, as in the AVX-512 kernel. Per 32 codes of a row: one in-lane byte
+/// shuffle and one qword permute deal the code pairs so that the low 128-bit lane holds pairs
+/// (4i, 4i + 1) and the high one pairs (4i + 2, 4i + 3); two byte unpacks interleave c + c with
+/// c & 0x80 into those words; then one in-lane byte shuffle per 4 codes moves words 2j, 2j + 1 of
+/// each lane to the tops of its two doubles: codes 4j .. 4j + 3 in order, against x as stored. That
+/// is 14 vector operations per 32 codes, where the sign extension, shift and mask per 4 codes took
+/// 24 (the FMAs, 8 per 32 codes and x row, are the same).
 template <int MT, int R>
 DSV32_TARGET_AVX2 void e4m3_block(const double* xb, std::int64_t ldx, const float* xsb, std::int64_t ldxs,
                                   const std::uint8_t* const* wb, float ws, int valid_rows, float* out,
                                   std::int64_t ldo) {
   constexpr int A = MT * R, V = A > 4 ? 2 : 1;
-  const __m256i mask = _mm256_set1_epi64x(static_cast<long long>(0x80FE000000000000ull));
+  const __m256i deal = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
+                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
+  const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
+  __m256i place[4];  // qword u of each lane: bytes 6, 7 from word 2j + u (bytes 4j + 2u, + 1); the rest 0
+  for (int j = 0; j < 4; ++j) {
+    const long long q0 = static_cast<long long>(0x0000808080808080ull | (4ull * j) << 48 | (4ull * j + 1) << 56);
+    const long long q1 = q0 + (0x0202ll << 48);
+    place[j] = _mm256_setr_epi64x(q0, q1, q0, q1);
+  }
   __m256d acc[4 * V];
   for (int i = 0; i < 4 * V; ++i) acc[i] = _mm256_setzero_pd();
-  for (int k = 0; k < 128; k += 4) {
+  for (int k = 0; k < 128; k += 32) {
     for (int r = 0; r < R; ++r) {
-      std::int32_t bits;
-      std::memcpy(&bits, wb[r] + k, 4);
-      const __m256d wv = _mm256_castsi256_pd(
-          _mm256_and_si256(_mm256_slli_epi64(_mm256_cvtepi8_epi64(_mm_cvtsi32_si128(bits)), 49), mask));
-      for (int m = 0; m < MT; ++m)
-        acc[m * R + r] = _mm256_fmadd_pd(wv, _mm256_loadu_pd(xb + m * ldx + k), acc[m * R + r]);
+      __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[r] + k));
+      c = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(c, deal), 0xD8);
+      const __m256i t = _mm256_add_epi8(c, c), sg = _mm256_and_si256(c, sign);
+      const __m256i lo = _mm256_unpacklo_epi8(t, sg), hi = _mm256_unpackhi_epi8(t, sg);
+#if !defined(__CUDACC__)
+#pragma GCC unroll 8
+#endif
+      for (int j = 0; j < 8; ++j) {
+        const __m256d wv = _mm256_castsi256_pd(_mm256_shuffle_epi8(j < 4 ? lo : hi, place[j % 4]));
+        for (int m = 0; m < MT; ++m)
+          acc[m * R + r] = _mm256_fmadd_pd(wv, _mm256_loadu_pd(xb + m * ldx + k + 4 * j), acc[m * R + r]);
+      }
     }
   }
   for (int v = 0; v < V; ++v) {
@@ -413,7 +569,10 @@ DSV32_TARGET_AVX2 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::
       const float* s = xs + m0 * ldxs;
       float* o = out + m0 * ldo + r0;
       const std::int64_t ahead = m0 == 0 && ldw <= kPanelPrefetchMaxK ? 8 * ldw : 0;  // the first x rows' pass
-      if (left >= 4) {
+      if (left >= 8) {
+        e4m3_rows_group<8, 1>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
+        m0 += 8;
+      } else if (left >= 4) {
         e4m3_rows_group<4, 2>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
         m0 += 4;
       } else if (left >= 2) {
@@ -450,27 +609,33 @@ DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const
       for (int r = 0; r < R; ++r) prefetch_block(wr[r], ahead + kb * 128);
     __m256 acc[MT * R][2];
     for (int i = 0; i < MT * R; ++i) acc[i][0] = acc[i][1] = _mm256_setzero_ps();
-    for (int g = 0; g < 4; ++g)
+    for (int g2 = 0; g2 < 2; ++g2)
       for (int u = 0; u < 2; ++u) {
-        const std::int64_t at = kb * 128 + 64 * (g / 2) + 32 * u + 8 * (g % 2);
-        __m256 we[R], wo[R];
-        for (int r = 0; r < R; ++r) {
-          std::int64_t lo, hi;
-          std::memcpy(&lo, wr[r] + at, 8);
-          std::memcpy(&hi, wr[r] + at + 16, 8);
-          const __m256i d = _mm256_cvtepi16_epi32(_mm_set_epi64x(hi, lo));
-          const __m256i e = _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(d, 24), 4), code_bits);
-          const __m256i o = _mm256_and_si256(_mm256_slli_epi32(d, 12), code_bits);
-          we[r] = _mm256_mul_ps(_mm256_castsi256_ps(e), unbias);
-          wo[r] = _mm256_mul_ps(_mm256_castsi256_ps(o), unbias);
-        }
-        for (int m = 0; m < MT; ++m) {
-          const __m256i xv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + m * ldx + kb * 64 + 16 * g + 8 * u));
-          const __m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xv, hi_half));
-          const __m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xv, 16));
+        // slot groups g = 2 g2 and 2 g2 + 1 of half u: the low 8 bytes of each 128-bit lane of the
+        // 32 bytes at 64 g2 + 32 u, then the high 8 bytes
+        __m256i v[R];
+        for (int r = 0; r < R; ++r)
+          v[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r] + kb * 128 + 64 * g2 + 32 * u));
+        for (int h = 0; h < 2; ++h) {
+          const int g = 2 * g2 + h;
+          __m256 we[R], wo[R];
           for (int r = 0; r < R; ++r) {
-            acc[m * R + r][u] = _mm256_fmadd_ps(xo, wo[r], acc[m * R + r][u]);
-            acc[m * R + r][u] = _mm256_fmadd_ps(xe, we[r], acc[m * R + r][u]);
+            // dword j: pair j's code word twice, odd << 24 | even << 16 | odd << 8 | even
+            const __m256i d = h == 0 ? _mm256_unpacklo_epi16(v[r], v[r]) : _mm256_unpackhi_epi16(v[r], v[r]);
+            const __m256i e = _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(d, 8), 4), code_bits);
+            const __m256i o = _mm256_and_si256(_mm256_srai_epi32(d, 4), code_bits);
+            we[r] = _mm256_mul_ps(_mm256_castsi256_ps(e), unbias);
+            wo[r] = _mm256_mul_ps(_mm256_castsi256_ps(o), unbias);
+          }
+          for (int m = 0; m < MT; ++m) {
+            const __m256i xv =
+                _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + m * ldx + kb * 64 + 16 * g + 8 * u));
+            const __m256 xo = _mm256_castsi256_ps(_mm256_and_si256(xv, hi_half));
+            const __m256 xe = _mm256_castsi256_ps(_mm256_slli_epi32(xv, 16));
+            for (int r = 0; r < R; ++r) {
+              acc[m * R + r][u] = _mm256_fmadd_ps(xo, wo[r], acc[m * R + r][u]);
+              acc[m * R + r][u] = _mm256_fmadd_ps(xe, we[r], acc[m * R + r][u]);
+            }
           }
         }
       }
@@ -726,9 +891,10 @@ inline const GemmOps& avx2_ops() {
     o.widen_bf16 = avx2::widen_bf16;
     o.widen_e4m3 = avx2::widen_e4m3;
     o.widen_e4m3_f64 = avx2::widen_e4m3_f64;
-    o.amax_bf16 = portable::amax_bf16;  // a small part of act_quant's time: no AVX2 version
-    o.quantize_e4m3 = portable::quantize_e4m3;
+    o.amax_bf16 = avx2::amax_bf16;
+    o.quantize_e4m3 = avx2::quantize_e4m3;
     o.dequant_e4m3 = avx2::dequant_e4m3;
+    o.bf16_rows = avx2::bf16_rows;
     o.e4m3_pair_rows = avx2::e4m3_pair_rows;
     o.e4m3_panel_rows = avx2::e4m3_panel_rows;
     o.e4m3_rows = avx2::e4m3_rows;
