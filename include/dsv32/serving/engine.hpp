@@ -50,6 +50,10 @@
 #include <utility>
 #include <vector>
 
+#if defined(_OPENMP)
+#include <omp.h>
+#endif
+
 #include "dsv32/core/error.hpp"
 #include "dsv32/generate/generate.hpp"
 #include "dsv32/generate/sampling.hpp"
@@ -352,14 +356,23 @@ class Engine {
     cv_.notify_all();
   }
 
-  /// \brief Runs the engine's loop on its own thread until stop().
+  /// \brief Runs the engine's loop on its own thread until stop(). That thread runs the model with
+  ///        the OpenMP thread count of the thread calling start() (cpu::set_num_threads() before it).
   /// \throws Error(state) when it runs already or has stopped, or on a rank other than 0
   void start() {
     DSV32_CHECK(rank_ == 0, state, "Engine::start: rank ", rank_, " follows rank 0 (call follow())");
     std::lock_guard<std::mutex> lock(mu_);
     DSV32_CHECK(!stopped_ && !thread_.joinable(), state, "Engine::start: the engine ",
                 stopped_ ? "has stopped" : "runs already");
+#if defined(_OPENMP)
+    const int threads = omp_get_max_threads();  // a thread's own setting: a new thread would not inherit it
+    thread_ = std::thread([this, threads] {
+      omp_set_num_threads(threads);
+      loop();
+    });
+#else
     thread_ = std::thread([this] { loop(); });
+#endif
   }
 
   /// \brief Stops the engine: the loop (if started) ends after its step, every request in flight
