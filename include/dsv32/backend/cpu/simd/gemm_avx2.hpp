@@ -388,69 +388,84 @@ DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void load_pairs8(const s
 /// kernel does.
 inline constexpr std::int64_t kBf16RowsAhead = 256;
 
-/// 8 columns of bf16_rows8: the weights from rows[j] + kw, x from column kx.
-template <int MT>
-DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void bf16_rows8_step(const std::uint16_t* const* rows,
-                                                                            std::int64_t kw, const float* x,
-                                                                            std::int64_t ldx, std::int64_t kx,
-                                                                            __m256 acc[MT]) {
+/// 8 columns of bf16_rows_groups: the weights from rows[8 g + j] + kw, x from column kx.
+template <int MT, int G>
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void bf16_rows_step(const std::uint16_t* const* rows,
+                                                                           std::int64_t kw, const float* x,
+                                                                           std::int64_t ldx, std::int64_t kx,
+                                                                           __m256 (*acc)[MT]) {
   const __m256i hi = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
-  __m256i p[4];
-  load_pairs8(rows, kw, p);
-  for (int c = 0; c < 4; ++c) {
-    const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(p[c], 16));
-    const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(p[c], hi));
-    for (int m = 0; m < MT; ++m) acc[m] = _mm256_fmadd_ps(even, _mm256_broadcast_ss(x + m * ldx + kx + 2 * c), acc[m]);
-    for (int m = 0; m < MT; ++m)
-      acc[m] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(x + m * ldx + kx + 2 * c + 1), acc[m]);
+  for (int g = 0; g < G; ++g) {
+    __m256i p[4];
+    load_pairs8(rows + 8 * g, kw, p);
+    for (int c = 0; c < 4; ++c) {
+      const __m256 even = _mm256_castsi256_ps(_mm256_slli_epi32(p[c], 16));
+      const __m256 odd = _mm256_castsi256_ps(_mm256_and_si256(p[c], hi));
+      for (int m = 0; m < MT; ++m)
+        acc[g][m] = _mm256_fmadd_ps(even, _mm256_broadcast_ss(x + m * ldx + kx + 2 * c), acc[g][m]);
+      for (int m = 0; m < MT; ++m)
+        acc[g][m] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(x + m * ldx + kx + 2 * c + 1), acc[g][m]);
+    }
   }
 }
 
-/// GemmOps::bf16_rows for MT x rows and n <= 8 weight rows, vector lane j over weight row j: 8
-/// columns of the rows at a time as 4 vectors of column pairs (load_pairs8), each pair's even then
-/// odd column multiplied into the MT accumulators (exact products, one rounding per addition: the
-/// sequential f32 sum), x broadcast from memory. Rows past n read row 0 and are not stored; a
-/// column tail (K % 8) runs on a zero-padded copy (x is zero there too).
-template <int MT>
-DSV32_TARGET_AVX2 void bf16_rows8(std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
-                                  std::int64_t ldw, int n, float* out, std::int64_t ldo) {
-  const std::uint16_t* wr[8];
-  for (int j = 0; j < 8; ++j) wr[j] = w + (j < n ? j : 0) * ldw;
-  __m256 acc[MT];
-  for (int m = 0; m < MT; ++m) acc[m] = _mm256_setzero_ps();
+/// GemmOps::bf16_rows for MT x rows and n <= 8 G weight rows, lane j of group g's vectors over weight
+/// row 8 g + j: 8 columns of the rows at a time as 4 vectors of column pairs per group (load_pairs8),
+/// each pair's even then odd column multiplied into the group's MT accumulators (exact products, one
+/// rounding per addition: the sequential f32 sum), x broadcast from memory. Each accumulator is one
+/// chain of K dependent FMAs, so a kernel with fewer than 8 of them waits on the FMA latency: up to 4
+/// x rows take 16 weight rows at once (G = 2; one Zen 5 core forced to AVX2, weights in L2, 1 x row
+/// 7.8 -> 15.0 G elements/s, 2 x rows 7.9 -> 11.7). Rows past n read row 0 and are not stored; a column tail (K % 8) runs on a
+/// zero-padded copy (x is zero there too).
+template <int MT, int G>
+DSV32_TARGET_AVX2 void bf16_rows_groups(std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
+                                        std::int64_t ldw, int n, float* out, std::int64_t ldo) {
+  const std::uint16_t* wr[8 * G];
+  for (int j = 0; j < 8 * G; ++j) wr[j] = w + (j < n ? j : 0) * ldw;
+  __m256 acc[G][MT];
+  for (int g = 0; g < G; ++g)
+    for (int m = 0; m < MT; ++m) acc[g][m] = _mm256_setzero_ps();
   std::int64_t k = 0;
   for (; k + 32 <= K; k += 32) {
     if (k + kBf16RowsAhead < K)
-      for (int j = 0; j < 8; ++j) _mm_prefetch(reinterpret_cast<const char*>(wr[j] + k + kBf16RowsAhead), _MM_HINT_T0);
+      for (int j = 0; j < 8 * G; ++j)
+        _mm_prefetch(reinterpret_cast<const char*>(wr[j] + k + kBf16RowsAhead), _MM_HINT_T0);
 #if !defined(__CUDACC__)  // nvcc's front end does not know the pragma (gcc compiles this code anyway)
 #pragma GCC unroll 4
 #endif
-    for (int s = 0; s < 32; s += 8) bf16_rows8_step<MT>(wr, k + s, x, ldx, k + s, acc);
+    for (int s = 0; s < 32; s += 8) bf16_rows_step<MT, G>(wr, k + s, x, ldx, k + s, acc);
   }
-  for (; k + 8 <= K; k += 8) bf16_rows8_step<MT>(wr, k, x, ldx, k, acc);
+  for (; k + 8 <= K; k += 8) bf16_rows_step<MT, G>(wr, k, x, ldx, k, acc);
   if (k < K) {
-    alignas(16) std::uint16_t tile[8][8] = {};
-    const std::uint16_t* tr[8];
-    for (int j = 0; j < 8; ++j) {
+    alignas(16) std::uint16_t tile[8 * G][8] = {};
+    const std::uint16_t* tr[8 * G];
+    for (int j = 0; j < 8 * G; ++j) {
       std::memcpy(tile[j], wr[j] + k, static_cast<std::size_t>(K - k) * 2);
       tr[j] = tile[j];
     }
-    bf16_rows8_step<MT>(tr, 0, x, ldx, k, acc);
+    bf16_rows_step<MT, G>(tr, 0, x, ldx, k, acc);
   }
-  const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
-  for (int m = 0; m < MT; ++m) _mm256_maskstore_ps(out + m * ldo, lanes, acc[m]);
+  for (int g = 0; g < G; ++g) {
+    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8 * g), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int m = 0; m < MT; ++m) _mm256_maskstore_ps(out + m * ldo + 8 * g, lanes, acc[g][m]);
+  }
 }
 
-/// GemmOps::bf16_rows: bf16_rows8 on all M x rows at once (one kernel per M, so that each weight is
-/// read once), 8 weight rows at a time.
+/// GemmOps::bf16_rows: all M x rows at once (one kernel per M, so that each weight is read once),
+/// 16 weight rows at a time up to 4 x rows (where 8 rows leave it short of chains), else 8.
 DSV32_TARGET_AVX2 inline void bf16_rows(int M, int n, std::int64_t K, const float* x, std::int64_t ldx,
                                         const std::uint16_t* w, std::int64_t ldw, float* out, std::int64_t ldo) {
   using Kernel = void (*)(std::int64_t, const float*, std::int64_t, const std::uint16_t*, std::int64_t, int, float*,
                           std::int64_t);
-  static constexpr Kernel kernels[8] = {bf16_rows8<1>, bf16_rows8<2>, bf16_rows8<3>, bf16_rows8<4>,
-                                        bf16_rows8<5>, bf16_rows8<6>, bf16_rows8<7>, bf16_rows8<8>};
-  for (int r0 = 0; r0 < n; r0 += 8)
-    kernels[M - 1](K, x, ldx, w + r0 * ldw, ldw, n - r0 < 8 ? n - r0 : 8, out + r0, ldo);
+  static constexpr Kernel pairs[4] = {bf16_rows_groups<1, 2>, bf16_rows_groups<2, 2>, bf16_rows_groups<3, 2>,
+                                      bf16_rows_groups<4, 2>};
+  static constexpr Kernel singles[8] = {bf16_rows_groups<1, 1>, bf16_rows_groups<2, 1>, bf16_rows_groups<3, 1>,
+                                        bf16_rows_groups<4, 1>, bf16_rows_groups<5, 1>, bf16_rows_groups<6, 1>,
+                                        bf16_rows_groups<7, 1>, bf16_rows_groups<8, 1>};
+  int r0 = 0;
+  if (M <= 4)
+    for (; n - r0 > 8; r0 += 16) pairs[M - 1](K, x, ldx, w + r0 * ldw, ldw, n - r0 < 16 ? n - r0 : 16, out + r0, ldo);
+  for (; r0 < n; r0 += 8) singles[M - 1](K, x, ldx, w + r0 * ldw, ldw, n - r0 < 8 ? n - r0 : 8, out + r0, ldo);
 }
 
 /// The sums of four vectors of doubles, as the four lanes of one vector.
@@ -482,40 +497,39 @@ DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void prefetch_block(cons
 
 /// One block of e4m3_rows for MT x rows and R weight rows (MT * R <= 8). Each weight code becomes
 /// the double whose top 16 bits are sign << 15 | (code & 0x7F) << 1 and whose other bits are 0: the
-/// code's value times 2^-1016, as in the AVX-512 kernel. Per 32 codes of a row: one in-lane byte
-/// shuffle and one qword permute deal the code pairs so that the low 128-bit lane holds pairs
-/// (4i, 4i + 1) and the high one pairs (4i + 2, 4i + 3); two byte unpacks interleave c + c with
-/// c & 0x80 into those words; then one in-lane byte shuffle per 4 codes moves words 2j, 2j + 1 of
-/// each lane to the tops of its two doubles: codes 4j .. 4j + 3 in order, against x as stored. That
-/// is 14 vector operations per 32 codes, where the sign extension, shift and mask per 4 codes took
-/// 24 (the FMAs, 8 per 32 codes and x row, are the same).
+/// code's value times 2^-1016, as in the AVX-512 kernel. Per 8 codes of a row: a broadcast load puts
+/// them in every qword, c + c and c & 0x80 are blended into one vector (each 128-bit lane: c + c in
+/// its low 8 bytes, c & 0x80 in its high 8), and one in-lane byte shuffle per 4 codes moves their two
+/// bytes to the tops of the 4 doubles (the low lane taking codes 4j, 4j + 1, the high lane 4j + 2,
+/// 4j + 3): x as stored. Two shuffles and three simple operations per 8 codes, where the sign
+/// extension, shift and mask per 4 codes took two shuffles and four (the shuffle-and-shift ports bound
+/// this kernel at one and two x rows: one Zen 5 core, forced to AVX2, 7168-column rows in L2, 1 row
+/// 13.9 -> 15.4 G codes/s, 2 rows 11.4 -> 12.3; streamed from memory, 1 row 11.0 -> 12.1).
 template <int MT, int R>
 DSV32_TARGET_AVX2 void e4m3_block(const double* xb, std::int64_t ldx, const float* xsb, std::int64_t ldxs,
                                   const std::uint8_t* const* wb, float ws, int valid_rows, float* out,
                                   std::int64_t ldo) {
   constexpr int A = MT * R, V = A > 4 ? 2 : 1;
-  const __m256i deal = _mm256_setr_epi8(0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15,  //
-                                        0, 1, 4, 5, 8, 9, 12, 13, 2, 3, 6, 7, 10, 11, 14, 15);
   const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
-  __m256i place[4];  // qword u of each lane: bytes 6, 7 from word 2j + u (bytes 4j + 2u, + 1); the rest 0
-  for (int j = 0; j < 4; ++j) {
-    const long long q0 = static_cast<long long>(0x0000808080808080ull | (4ull * j) << 48 | (4ull * j + 1) << 56);
-    const long long q1 = q0 + (0x0202ll << 48);
-    place[j] = _mm256_setr_epi64x(q0, q1, q0, q1);
+  // qword lane i of place[j]: bytes 6, 7 from byte 4j + i (c + c) and 8 + 4j + i (c & 0x80) of its
+  // 128-bit lane; the rest 0
+  __m256i place[2];
+  for (int j = 0; j < 2; ++j) {
+    auto q = [](unsigned code) {
+      return static_cast<long long>(0x0000808080808080ull | std::uint64_t{code} << 48 | (8ull + code) << 56);
+    };
+    place[j] = _mm256_setr_epi64x(q(4 * j), q(4 * j + 1), q(4 * j + 2), q(4 * j + 3));
   }
   __m256d acc[4 * V];
   for (int i = 0; i < 4 * V; ++i) acc[i] = _mm256_setzero_pd();
-  for (int k = 0; k < 128; k += 32) {
+  for (int k = 0; k < 128; k += 8) {
     for (int r = 0; r < R; ++r) {
-      __m256i c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[r] + k));
-      c = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(c, deal), 0xD8);
-      const __m256i t = _mm256_add_epi8(c, c), sg = _mm256_and_si256(c, sign);
-      const __m256i lo = _mm256_unpacklo_epi8(t, sg), hi = _mm256_unpackhi_epi8(t, sg);
-#if !defined(__CUDACC__)
-#pragma GCC unroll 8
-#endif
-      for (int j = 0; j < 8; ++j) {
-        const __m256d wv = _mm256_castsi256_pd(_mm256_shuffle_epi8(j < 4 ? lo : hi, place[j % 4]));
+      std::int64_t bits;
+      std::memcpy(&bits, wb[r] + k, 8);
+      const __m256i c = _mm256_set1_epi64x(bits);
+      const __m256i v = _mm256_blend_epi32(_mm256_add_epi8(c, c), _mm256_and_si256(c, sign), 0xCC);
+      for (int j = 0; j < 2; ++j) {
+        const __m256d wv = _mm256_castsi256_pd(_mm256_shuffle_epi8(v, place[j]));
         for (int m = 0; m < MT; ++m)
           acc[m * R + r] = _mm256_fmadd_pd(wv, _mm256_loadu_pd(xb + m * ldx + k + 4 * j), acc[m * R + r]);
       }
