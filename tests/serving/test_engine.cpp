@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -408,6 +409,43 @@ TEST_CASE("Engine: callbacks that stop or throw end their request only; stop ids
   CHECK(c.wait().tokens == Tokens(plain.tokens.begin(), first_stop));
   CHECK(d.wait().tokens == plain.tokens);
   CHECK(engine.stats().pages_used == 0);
+}
+
+TEST_CASE("Engine: a request's figures can be read while it waits and runs, and equal its result's at the end") {
+  dsv32::Transformer<dsv32::TinyBf16> model(tiny_options());
+  model.init_random(7);
+  dsv32::EngineOptions eo;
+  eo.cache_pages = 16;
+  eo.page_size = 16;
+  eo.max_running = 1;
+  eo.step_tokens = 8;
+  dsv32::Engine engine(model, eo);
+  dsv32::Request r;
+  r.prompt = random_tokens(20, 3, 300);
+  r.max_new_tokens = 5;
+  r.sampling.temperature = 0;
+  const auto first = engine.submit(r);
+  const auto second = engine.submit(r);  // waits: one sequence at a time
+  CHECK(first.stats().generated_tokens == 0);
+  CHECK(first.stats().prompt_tokens == 0);  // not admitted yet: nothing published but the times
+  engine.step();                            // 8 of the first's 20 prompt tokens
+  CHECK(first.stats().prompt_tokens == 20);
+  CHECK(first.stats().generated_tokens == 0);
+  engine.step();
+  engine.step();  // the prompt's end: the first token
+  CHECK(first.stats().generated_tokens == 1);
+  CHECK(first.stats().ttft_s > 0);
+  CHECK(second.stats().generated_tokens == 0);
+  const double queued = second.stats().queue_s;  // still queued: its queue time grows
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  CHECK(second.stats().queue_s > queued);
+  CHECK(second.stats().prompt_tokens == 0);
+  engine.run_until_idle();
+  const auto done = first.stats();
+  CHECK(done.generated_tokens == 5);
+  CHECK(done.total_s == first.wait().stats.total_s);
+  CHECK(done.tpot_s == first.wait().stats.tpot_s);
+  CHECK(second.wait().stats.cached_tokens == 16);  // the first's full page
 }
 
 TEST_CASE("Engine: stop() ends requests in flight as cancelled and returns every page; cancel is harmless") {

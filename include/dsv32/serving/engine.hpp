@@ -176,9 +176,12 @@ struct RequestState {
   std::uint64_t id = 0;
   const void* owner = nullptr;  // the engine that accepted it
   std::atomic<bool> cancel{false};
+  std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
   mutable std::mutex mu;
   mutable std::condition_variable cv;
   bool done = false;
+  bool admitted = false;  // live.queue_s is set
+  RequestStats live;      // the figures so far, while it runs
   RequestResult result;
 };
 }  // namespace detail
@@ -198,6 +201,19 @@ class RequestHandle {
     const auto& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     return s.done;
+  }
+  /// \brief The request's figures now (any thread): while it waits or runs, those so far (queue time
+  ///        so far until admitted, completion tokens, time to the first token, time per token, total);
+  ///        once done, its result's.
+  RequestStats stats() const {
+    const auto& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    if (s.done) return s.result.stats;
+    RequestStats r = s.live;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - s.submitted).count();
+    r.total_s = elapsed;
+    if (!s.admitted) r.queue_s = elapsed;
+    return r;
   }
   /// \brief Waits until the request finishes; its result (valid as long as a handle to it exists).
   const RequestResult& wait() const {
@@ -449,7 +465,7 @@ class Engine {
   struct Sequence {
     Sequence(Request r, std::shared_ptr<detail::RequestState> s)
         : req(std::move(r)), state(std::move(s)), tokens(req.prompt), sampler(req.sampling), rng(req.seed, 0),
-          submitted(clock::now()) {}
+          submitted(state->submitted) {}
     Request req;
     std::shared_ptr<detail::RequestState> state;
     std::vector<std::int32_t> tokens;  // prompt, then completion
@@ -574,6 +590,7 @@ class Engine {
         s.admitted = true;
         s.out.stats.queue_s = seconds(clock::now() - s.submitted);
         s.out.stats.cached_tokens = s.computed;
+        publish_live(s);
         counters_.prompt_tokens += static_cast<std::int64_t>(s.req.prompt.size());
         counters_.prefix_hit_tokens += s.computed;
       }
@@ -672,6 +689,7 @@ class Engine {
     running_.pop_back();
     release_pages(*s);
     ++s->out.stats.preemptions;
+    publish_live(*s);
     ++counters_.preemptions;
     waiting_.push_front(std::move(s));
   }
@@ -705,6 +723,7 @@ class Engine {
         s.first_token = now;
       s.last_token = now;
       if (s.req.logprobs >= 0) s.out.logprobs.push_back(event);
+      publish_live(s);
       if (s.req.on_token && !s.req.on_token(event)) return mark_done(s, FinishReason::stopped);
       if (static_cast<std::int64_t>(s.out.tokens.size()) >= s.req.max_new_tokens) return mark_done(s, FinishReason::max_new_tokens);
       if (static_cast<std::int64_t>(s.tokens.size()) >= model_.options().max_seq_len)
@@ -754,16 +773,30 @@ class Engine {
     ++counters_.finished_by[static_cast<int>(why)];
   }
 
+  // The figures of `s` so far (s.out.stats completed with its tokens and times).
+  static void update_stats(Sequence& s) {
+    RequestStats& r = s.out.stats;
+    r.prompt_tokens = static_cast<std::int64_t>(s.req.prompt.size());
+    r.generated_tokens = static_cast<std::int64_t>(s.out.tokens.size());
+    if (!s.out.tokens.empty()) r.ttft_s = seconds(s.first_token - s.submitted);
+    if (s.out.tokens.size() > 1)
+      r.tpot_s = seconds(s.last_token - s.first_token) / static_cast<double>(s.out.tokens.size() - 1);
+  }
+
+  // Publishes the figures of `s` so far to its handle (RequestHandle::stats()).
+  static void publish_live(Sequence& s) {
+    update_stats(s);
+    std::lock_guard<std::mutex> lock(s.state->mu);
+    s.state->live = s.out.stats;
+    s.state->admitted = s.admitted;
+  }
+
   // Publishes a sequence's result to its handle.
   static void complete(Sequence& s, FinishReason why) {
     const auto now = clock::now();
     RequestResult& r = s.out;
     r.finish = why;
-    r.stats.prompt_tokens = static_cast<std::int64_t>(s.req.prompt.size());
-    r.stats.generated_tokens = static_cast<std::int64_t>(r.tokens.size());
-    if (!r.tokens.empty()) r.stats.ttft_s = seconds(s.first_token - s.submitted);
-    if (r.tokens.size() > 1)
-      r.stats.tpot_s = seconds(s.last_token - s.first_token) / static_cast<double>(r.tokens.size() - 1);
+    update_stats(s);
     r.stats.total_s = seconds(now - s.submitted);
     std::lock_guard<std::mutex> lock(s.state->mu);
     s.state->result = std::move(r);
