@@ -134,14 +134,22 @@ DSV32_TARGET_AVX2 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t 
 /// the FP8 panel order (k = 1, 0, 3, 2, ...: each column pair's odd column first; kc even). kc < 1
 /// apart and the start compiled in, as in the AVX-512 micro32_tile (else GCC keeps the accumulators
 /// on the stack); kLda / kLdb: the strides compiled in (0: lda / ldb), the pair-swapped loop then
-/// stepping a column pair at a time, as there.
-template <int MR, bool kRounded, bool kPairSwap, bool kAccumulate, int kLda = 0, int kLdb = 0>
+/// stepping a column pair at a time, as there. kScaled (with kAccumulate false): instead of storing
+/// the sums, c[i][j] += sum_ij * scale[i] for j < n, each operation rounded (the f32 epilogue of the
+/// FP8 block dots in registers, as the AVX-512 kernel does).
+template <int MR, bool kRounded, bool kPairSwap, bool kAccumulate, int kLda = 0, int kLdb = 0, bool kScaled = false>
 DSV32_TARGET_AVX2 void micro16_tile(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                    std::int64_t ldc) {
+                                    std::int64_t ldc, const float* scale = nullptr, int n = 16) {
   const std::int64_t la = kLda ? kLda : lda, lb = kLdb ? kLdb : ldb;
   if (kc < 1) {  // empty sums
-    if (!kAccumulate)
-      for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 16, 0.0f);
+    for (int i = 0; i < MR; ++i)
+      for (int j = 0; j < 16; ++j) {
+        if constexpr (kScaled) {
+          if (j < n) c[i * ldc + j] += 0.0f * scale[i];  // exact: fused or not
+        } else if (!kAccumulate) {
+          c[i * ldc + j] = 0.0f;
+        }
+      }
     return;
   }
   __m256 c0[MR], c1[MR];
@@ -165,9 +173,21 @@ DSV32_TARGET_AVX2 void micro16_tile(int kc, const float* a, std::int64_t lda, co
       }
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    _mm256_storeu_ps(c + i * ldc, c0[i]);
-    _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+  if constexpr (kScaled) {
+    const __m256i col = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i lo = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), col);
+    const __m256i hi = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - 8), col);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 si = _mm256_set1_ps(scale[i]);
+      float* ci = c + i * ldc;
+      _mm256_maskstore_ps(ci, lo, _mm256_add_ps(_mm256_maskload_ps(ci, lo), opaque(_mm256_mul_ps(c0[i], si))));
+      _mm256_maskstore_ps(ci + 8, hi, _mm256_add_ps(_mm256_maskload_ps(ci + 8, hi), opaque(_mm256_mul_ps(c1[i], si))));
+    }
+  } else {
+    for (int i = 0; i < MR; ++i) {
+      _mm256_storeu_ps(c + i * ldc, c0[i]);
+      _mm256_storeu_ps(c + i * ldc + 8, c1[i]);
+    }
   }
 }
 
@@ -206,11 +226,37 @@ DSV32_TARGET_AVX2 inline void fp8_value_dots(int mr, const float* a, std::int64_
   else micro16_any<false, true>(mr, 128, a, lda, b, 16, dot, ldd, false);
 }
 
-/// c[i][0..8) = sum_k a[i * lda + k] b[k][0..8) in double, i < MR.
-template <int MR>
-DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc) {
+/// GemmOps::fp8_value_dots_scaled: fp8_value_dots with epilogue_f32 in registers.
+template <int kLda>
+DSV32_TARGET_AVX2 void fp8_value_dots_scaled_any(int mr, int n, const float* a, std::int64_t lda, const float* b,
+                                                 const float* scale, float* c, std::int64_t ldc) {
+  const std::int64_t la = kLda ? kLda : lda;
+  int i = 0;
+  for (; i + 6 <= mr; i += 6)
+    micro16_tile<6, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc, ldc, scale + i, n);
+  if (mr - i >= 4)
+    micro16_tile<4, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc, ldc, scale + i, n), i += 4;
+  if (mr - i >= 2)
+    micro16_tile<2, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc, ldc, scale + i, n), i += 2;
+  if (mr - i >= 1)
+    micro16_tile<1, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc, ldc, scale + i, n);
+}
+DSV32_TARGET_AVX2 inline void fp8_value_dots_scaled(int mr, int n, const float* a, std::int64_t lda, const float* b,
+                                                    const float* scale, float* c, std::int64_t ldc) {
+  if (lda == 128) fp8_value_dots_scaled_any<128>(mr, n, a, lda, b, scale, c, ldc);
+  else fp8_value_dots_scaled_any<0>(mr, n, a, lda, b, scale, c, ldc);
+}
+
+/// c[i][0..8) = sum_k a[i * lda + k] b[k][0..8) in double, i < MR; with kScaled, instead f[i][j] +=
+/// f32(that sum) * scale[i] for j < n (epilogue_f64 in registers: the same bits). kLda: lda compiled
+/// in (0: as given).
+template <int MR, bool kScaled = false, int kLda = 0>
+DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc,
+                               int n = 8, const float* scale = nullptr, float* f = nullptr, std::int64_t ldf = 0) {
+  const std::int64_t la = kLda ? kLda : lda;
   if (kc < 1) {  // (apart, so that GCC knows the loop below runs: see micro16_tile)
-    for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 8, 0.0);
+    if constexpr (!kScaled)
+      for (int i = 0; i < MR; ++i) std::fill(c + i * ldc, c + i * ldc + 8, 0.0);
     return;
   }
   __m256d c0[MR], c1[MR];
@@ -218,14 +264,23 @@ DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const 
   for (int k = 0; k < kc; ++k) {
     const __m256d b0 = _mm256_loadu_pd(b + k * 8), b1 = _mm256_loadu_pd(b + k * 8 + 4);
     for (int i = 0; i < MR; ++i) {
-      const __m256d ai = _mm256_broadcast_sd(a + i * lda + k);
+      const __m256d ai = _mm256_broadcast_sd(a + i * la + k);
       c0[i] = _mm256_fmadd_pd(ai, b0, c0[i]);
       c1[i] = _mm256_fmadd_pd(ai, b1, c1[i]);
     }
   }
-  for (int i = 0; i < MR; ++i) {
-    _mm256_storeu_pd(c + i * ldc, c0[i]);
-    _mm256_storeu_pd(c + i * ldc + 4, c1[i]);
+  if constexpr (kScaled) {
+    const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    for (int i = 0; i < MR; ++i) {
+      const __m256 d = _mm256_set_m128(_mm256_cvtpd_ps(c1[i]), _mm256_cvtpd_ps(c0[i]));
+      const __m256 p = opaque(_mm256_mul_ps(d, _mm256_set1_ps(scale[i])));
+      _mm256_maskstore_ps(f + i * ldf, lanes, _mm256_add_ps(_mm256_maskload_ps(f + i * ldf, lanes), p));
+    }
+  } else {
+    for (int i = 0; i < MR; ++i) {
+      _mm256_storeu_pd(c + i * ldc, c0[i]);
+      _mm256_storeu_pd(c + i * ldc + 4, c1[i]);
+    }
   }
 }
 
@@ -236,6 +291,26 @@ DSV32_TARGET_AVX2 inline void micro_f64(int mr, int kc, const double* a, std::in
   if (mr - i >= 4) micro8d<4>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 4;
   if (mr - i >= 2) micro8d<2>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 2;
   if (mr - i >= 1) micro8d<1>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
+}
+
+/// GemmOps::micro_f64_scaled: micro_f64 over one 128-column block with epilogue_f64 in registers
+/// (the drivers' x tiles are 128 values a row: that stride compiled in).
+template <int kLda>
+DSV32_TARGET_AVX2 void micro_f64_scaled_any(int mr, int n, const double* a, std::int64_t lda, const double* b,
+                                            const float* scale, float* c, std::int64_t ldc) {
+  const std::int64_t la = kLda ? kLda : lda;
+  int i = 0;
+  for (; i + 6 <= mr; i += 6) micro8d<6, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
+  if (mr - i >= 4)
+    micro8d<4, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 4;
+  if (mr - i >= 2)
+    micro8d<2, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 2;
+  if (mr - i >= 1) micro8d<1, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
+}
+DSV32_TARGET_AVX2 inline void micro_f64_scaled(int mr, int n, const double* a, std::int64_t lda, const double* b,
+                                               const float* scale, float* c, std::int64_t ldc) {
+  if (lda == 128) micro_f64_scaled_any<128>(mr, n, a, lda, b, scale, c, ldc);
+  else micro_f64_scaled_any<0>(mr, n, a, lda, b, scale, c, ldc);
 }
 
 DSV32_TARGET_AVX2 inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
@@ -900,6 +975,7 @@ inline const GemmOps& avx2_ops() {
     o.micro_exact_products = avx2::micro_exact_products;
     o.micro_rounded_products = avx2::micro_rounded_products;
     o.micro_f64 = avx2::micro_f64;
+    o.micro_f64_scaled = avx2::micro_f64_scaled;
     o.epilogue_f64 = avx2::epilogue_f64;
     o.epilogue_f32 = avx2::epilogue_f32;
     o.widen_bf16 = avx2::widen_bf16;
@@ -918,6 +994,7 @@ inline const GemmOps& avx2_ops() {
     o.scaled_cols_rows = 4;
     o.e4m3_scaled_rows = avx2::e4m3_scaled_rows;
     o.fp8_value_dots = avx2::fp8_value_dots;
+    o.fp8_value_dots_scaled = avx2::fp8_value_dots_scaled;
     return o;
   }();
   return ops;
