@@ -743,8 +743,7 @@ DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const
 /// columns apart, in this thread's scratch: at most 8 x 256 blocks' 128 KB, as the caller passes
 /// them), where each x-row group used to widen them per slot group and weight-row group (one Zen 5
 /// core forced to AVX2, 7168-column rows in L2: 4 x rows 6.1 -> 7.9 G codes/s, 2 rows 11.0 -> 12.5);
-/// then 8 weight rows at a
-/// time, each against every x-row group (in cache after the first).
+/// then 8 weight rows at a time, each against every x-row group (in cache after the first).
 DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
                                              const std::uint32_t* xp, std::int64_t ldx, const float* xs,
                                              std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
