@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <deque>
 #include <filesystem>
 #include <fstream>
@@ -109,7 +110,9 @@ benchmark (--random-weights or --model; docs/serving.md "Benchmark"):
                          (streamed /v1/completions on loopback), print the figures and exit
   --bench-prompt N       prompt tokens per request (default 64)
   --bench-output N       completion tokens per request (default 32)
-  --bench-requests N     requests per concurrency level (default: max(concurrency, 4))
+  --bench-requests N     requests per concurrency level and round (default: max(concurrency, 4))
+  --bench-rounds N       rounds per concurrency level, the two paths in ABBA order so that a
+                         machine that slows down or speeds up weighs on both alike (default 2)
 
   --help                 this help
 
@@ -139,7 +142,7 @@ struct Arguments {
   bool prefix_caching = true, fp8_fast = false;
   int threads = 0;
   std::vector<std::int64_t> bench;
-  std::int64_t bench_prompt = 64, bench_output = 32, bench_requests = 0;
+  std::int64_t bench_prompt = 64, bench_output = 32, bench_requests = 0, bench_rounds = 2;
 };
 
 [[noreturn]] void usage_error(const std::string& message) {
@@ -244,6 +247,8 @@ Arguments parse_arguments(int argc, char** argv) {
       a.bench_output = parse_int(arg, value(), 1, kMax);
     } else if (arg == "--bench-requests") {
       a.bench_requests = parse_int(arg, value(), 1, kMax);
+    } else if (arg == "--bench-rounds") {
+      a.bench_rounds = parse_int(arg, value(), 1, 1000);
     } else {
       usage_error("unknown argument '" + arg + "'");
     }
@@ -1117,7 +1122,15 @@ struct Run {
   std::vector<double> ttft, tpot;
   std::int64_t tokens = 0, requests = 0, errors = 0;
   double seconds = 0;
+  double cpu_seconds = 0;  // the whole process's CPU time: engine, server and (HTTP path) client threads
+  std::int64_t steps = 0;  // the engine's forward passes
 };
+
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
 
 double percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
@@ -1146,6 +1159,7 @@ Run closed_loop(std::int64_t clients, std::int64_t requests, One one) {
   std::mutex mu;
   std::atomic<std::int64_t> next{0};
   const auto t0 = Clock::now();
+  const double cpu0 = process_cpu_seconds();
   std::vector<std::thread> threads;
   for (std::int64_t c = 0; c < clients; ++c)
     threads.emplace_back([&] {
@@ -1153,6 +1167,7 @@ Run closed_loop(std::int64_t clients, std::int64_t requests, One one) {
     });
   for (auto& t : threads) t.join();
   run.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  run.cpu_seconds = process_cpu_seconds() - cpu0;
   run.requests = requests;
   return run;
 }
@@ -1228,34 +1243,58 @@ Run bench_http(const Arguments& a, int port, const std::string& model, std::int6
   });
 }
 
+// Two runs as one: their requests, tokens and times together.
+void merge(Run& into, const Run& r) {
+  into.ttft.insert(into.ttft.end(), r.ttft.begin(), r.ttft.end());
+  into.tpot.insert(into.tpot.end(), r.tpot.begin(), r.tpot.end());
+  into.tokens += r.tokens;
+  into.requests += r.requests;
+  into.errors += r.errors;
+  into.seconds += r.seconds;
+  into.cpu_seconds += r.cpu_seconds;
+  into.steps += r.steps;
+}
+
 void print_run(std::int64_t c, const char* path, const Run& r) {
-  std::printf("%11lld  %-6s  %8lld  %6lld  %12.2f  %8.3f  %8.3f  %8.3f  %8.4f  %8.4f\n", static_cast<long long>(c), path,
-              static_cast<long long>(r.requests), static_cast<long long>(r.errors),
+  std::printf("%11lld  %-6s  %8lld  %6lld  %12.2f  %8.3f  %8.3f  %8.3f  %8.4f  %8.4f  %12.2f  %5lld\n", static_cast<long long>(c),
+              path, static_cast<long long>(r.requests), static_cast<long long>(r.errors),
               static_cast<double>(r.tokens) / r.seconds, static_cast<double>(r.requests) / r.seconds,
-              percentile(r.ttft, 0.5), percentile(r.ttft, 0.99), percentile(r.tpot, 0.5), percentile(r.tpot, 0.99));
+              percentile(r.ttft, 0.5), percentile(r.ttft, 0.99), percentile(r.tpot, 0.5), percentile(r.tpot, 0.99),
+              1e3 * r.cpu_seconds / static_cast<double>(std::max<std::int64_t>(r.tokens, 1)), static_cast<long long>(r.steps));
   std::fflush(stdout);
 }
 
 int run_bench(const Arguments& a, Backend& backend, int port, const std::string& model) {
-  std::printf("bench: prompt %lld tokens, %lld completion tokens per request, greedy; the engine driven directly, then "
-              "streamed /v1/completions on loopback\n",
-              static_cast<long long>(a.bench_prompt), static_cast<long long>(a.bench_output));
-  std::printf("concurrency  path    requests  errors  output tok/s     req/s  TTFT p50  TTFT p99  TPOT p50  TPOT p99\n");
+  std::printf("bench: prompt %lld tokens, %lld completion tokens per request, greedy; the engine driven directly and "
+              "streamed /v1/completions on loopback, %lld round(s) in ABBA order\n",
+              static_cast<long long>(a.bench_prompt), static_cast<long long>(a.bench_output),
+              static_cast<long long>(a.bench_rounds));
+  std::printf("concurrency  path    requests  errors  output tok/s     req/s  TTFT p50  TTFT p99  TPOT p50  TPOT p99  "
+              "CPU ms/token  steps\n");
   // warm-up: one short request each way
   bench_engine(backend, a, 1, 1, 1u << 30);
   bench_http(a, port, model, backend.vocab_size(), 1, 1, 1u << 31);
-  std::uint64_t salt = 0;
+  std::uint64_t salt = 0;  // every request its own prompt: no prefix-cache hit on either path
   for (const std::int64_t c : a.bench) {
     const std::int64_t n = a.bench_requests > 0 ? a.bench_requests : std::max<std::int64_t>(c, 4);
-    const Run direct = bench_engine(backend, a, c, n, salt);
-    salt += static_cast<std::uint64_t>(n);
+    Run direct, http;
+    for (std::int64_t round = 0; round < a.bench_rounds; ++round) {
+      for (const bool engine_path : {round % 2 == 0, round % 2 != 0}) {  // ABBA
+        const std::int64_t steps = backend.stats().steps;
+        Run r = engine_path ? bench_engine(backend, a, c, n, salt) : bench_http(a, port, model, backend.vocab_size(), c, n, salt);
+        r.steps = backend.stats().steps - steps;
+        merge(engine_path ? direct : http, r);
+        salt += static_cast<std::uint64_t>(n);
+      }
+    }
     print_run(c, "engine", direct);
-    const Run http = bench_http(a, port, model, backend.vocab_size(), c, n, salt);
-    salt += static_cast<std::uint64_t>(n);
     print_run(c, "http", http);
     const double overhead = 1.0 - (static_cast<double>(http.tokens) / http.seconds) / (static_cast<double>(direct.tokens) / direct.seconds);
-    std::printf("%11lld  overhead: HTTP + JSON + streaming cost %.1f%% of the engine's output tokens/s\n",
-                static_cast<long long>(c), 100.0 * overhead);
+    const double cpu_overhead = (http.cpu_seconds / static_cast<double>(std::max<std::int64_t>(http.tokens, 1))) /
+                                    (direct.cpu_seconds / static_cast<double>(std::max<std::int64_t>(direct.tokens, 1))) - 1.0;
+    std::printf("%11lld  overhead of HTTP + JSON + streaming: %.1f%% of the engine's output tokens/s; %.1f%% more CPU time "
+                "per token (client included)\n",
+                static_cast<long long>(c), 100.0 * overhead, 100.0 * cpu_overhead);
     std::fflush(stdout);
   }
   return 0;
