@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import unittest
@@ -974,6 +975,27 @@ class checkpoint(unittest.TestCase):
             self.assertIn("outside the vocabulary [0, 512)", e.exception.body["message"])
         finally:
             self.assertEqual(server.stop(), 0)
+
+    def test_tokenizer_from_the_model_directory(self):
+        golden = os.path.join(ARGS.data, "golden", "tiny_fp8_ue8m0_yarn")
+        with tempfile.TemporaryDirectory() as tmp:
+            model = os.path.join(tmp, "my-checkpoint")
+            os.mkdir(model)
+            for name, where in (("config.json", golden), ("model0-mp1.safetensors", golden),
+                                ("tokenizer.json", tokenizer_dir()), ("tokenizer_config.json", tokenizer_dir())):
+                os.symlink(os.path.abspath(os.path.join(where, name)), os.path.join(model, name))
+            server = Server("--model", model + "/")
+            try:
+                client = server.client()
+                self.assertEqual([m.id for m in client.models.list().data], ["my-checkpoint"])
+                r = client.completions.create(model="my-checkpoint", prompt=[1, 2, 3], max_tokens=3, temperature=0)
+                self.assertEqual(r.usage.completion_tokens, 3)
+                deadline = time.time() + 10  # (standard error is read by a thread of its own)
+                while "tokenizer " + model not in "".join(server.stderr) and time.time() < deadline:
+                    time.sleep(0.05)
+                self.assertIn("tokenizer " + model, "".join(server.stderr))
+            finally:
+                self.assertEqual(server.stop(), 0)
 
 
 class cli(unittest.TestCase):
