@@ -918,7 +918,7 @@ class faults(unittest.TestCase):
 class shutdown(unittest.TestCase):
     def test_in_flight_request_finishes(self):
         server = Server("--shutdown-timeout", "60")
-        s = Stream(server, "/v1/chat/completions", {"model": DEMO, "max_tokens": 400, "temperature": 0,
+        s = Stream(server, "/v1/chat/completions", {"model": DEMO, "max_tokens": 1000, "temperature": 0,
                                                      "stream_options": {"include_usage": True},
                                                      "messages": [{"role": "user", "content": "Talk."}]})
         events = s.events()
@@ -930,7 +930,7 @@ class shutdown(unittest.TestCase):
         self.assertEqual((status, body["error"]["code"]), (503, "shutting_down"))
         rest = [json.loads(e) if e != "[DONE]" else e for e in events]
         self.assertEqual(rest[-1], "[DONE]")
-        self.assertEqual(rest[-2]["usage"]["completion_tokens"], 400)
+        self.assertEqual(rest[-2]["usage"]["completion_tokens"], 1000)
         self.assertEqual(rest[-3]["choices"][0]["finish_reason"], "length")
         self.assertEqual(server.stop(timeout=30), 0)
         with self.assertRaises(OSError):
