@@ -117,10 +117,63 @@ DSV32_TARGET_AVX2 inline void pack_e4m3(const std::uint8_t* w, std::int64_t ldw,
   pack16<2>(w, ldw, n, kc, out);
 }
 
-/// Packs n <= 8 rows of E4M3 codes x kc columns into [kc][8] doubles.
+/// The byte shuffles that turn 8 E4M3 codes into doubles (e4m3_doubles8): qword lane i of
+/// place[j] takes its bytes 6, 7 from bytes 4j + i and 8 + 4j + i of its 128-bit lane; the rest 0.
+struct E4m3Place {
+  __m256i sign, place[2];
+};
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline E4m3Place e4m3_place() {
+  auto q = [](unsigned code) {
+    return static_cast<long long>(0x0000808080808080ull | std::uint64_t{code} << 48 | (8ull + code) << 56);
+  };
+  E4m3Place p;
+  p.sign = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int j = 0; j < 2; ++j) p.place[j] = _mm256_setr_epi64x(q(4 * j), q(4 * j + 1), q(4 * j + 2), q(4 * j + 3));
+  return p;
+}
+/// 8 E4M3 codes, c holding them in every qword, as the doubles whose top 16 bits are sign << 15 |
+/// (code & 0x7F) << 1 and whose other bits are 0: each code's value times 2^-1016 (0x7F / 0xFF as
+/// +-480; E4M3's subnormal codes become subnormal doubles). c + c and c & 0x80 are blended into one
+/// vector (each 128-bit lane: c + c in its low 8 bytes, c & 0x80 in its high 8), and one in-lane byte
+/// shuffle per 4 codes moves their two bytes to the tops of 4 doubles, the low lane taking codes
+/// 4j, 4j + 1 and the high lane 4j + 2, 4j + 3: d[0] holds codes 0-3, d[1] codes 4-7.
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void e4m3_doubles8(__m256i c, const E4m3Place& p,
+                                                                          __m256d d[2]) {
+  const __m256i v = _mm256_blend_epi32(_mm256_add_epi8(c, c), _mm256_and_si256(c, p.sign), 0xCC);
+  for (int j = 0; j < 2; ++j) d[j] = _mm256_castsi256_pd(_mm256_shuffle_epi8(v, p.place[j]));
+}
+
+/// Packs n <= 8 rows of E4M3 codes x kc columns into [kc][8] doubles (exact values). Per 8 columns
+/// the rows' 8-byte pieces are transposed by byte, word and dword unpacks into columns of 8 codes,
+/// each made 8 doubles by e4m3_doubles8 and times 2^1016 (exact); a last partial 8 columns go the
+/// f32 way (F16C, then an 8 x 8 transpose and widening, which took 1.6x the operations per code).
 DSV32_TARGET_AVX2 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t ldw, int n, int kc, double* out) {
-  for (int k0 = 0; k0 < kc; k0 += 8) {
-    const int cnt = kc - k0 < 8 ? kc - k0 : 8;
+  const E4m3Place place = e4m3_place();
+  const __m256d unbias = _mm256_set1_pd(0x1p1016);
+  int k0 = 0;
+  for (; k0 + 8 <= kc; k0 += 8) {
+    __m128i r[8];
+    for (int j = 0; j < 8; ++j)
+      r[j] = j < n ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + j * ldw + k0)) : _mm_setzero_si128();
+    const __m128i a0 = _mm_unpacklo_epi8(r[0], r[1]), a1 = _mm_unpacklo_epi8(r[2], r[3]);
+    const __m128i a2 = _mm_unpacklo_epi8(r[4], r[5]), a3 = _mm_unpacklo_epi8(r[6], r[7]);
+    const __m128i b0 = _mm_unpacklo_epi16(a0, a1), b1 = _mm_unpackhi_epi16(a0, a1);
+    const __m128i b2 = _mm_unpacklo_epi16(a2, a3), b3 = _mm_unpackhi_epi16(a2, a3);
+    // col[q]: columns k0 + 2q (low 8 bytes) and k0 + 2q + 1 (high 8 bytes), byte j from row j
+    const __m128i col[4] = {_mm_unpacklo_epi32(b0, b2), _mm_unpackhi_epi32(b0, b2), _mm_unpacklo_epi32(b1, b3),
+                            _mm_unpackhi_epi32(b1, b3)};
+    for (int q = 0; q < 4; ++q)
+      for (int h = 0; h < 2; ++h) {
+        const __m256i c = _mm256_permute4x64_epi64(_mm256_castsi128_si256(col[q]), h ? 0x55 : 0x00);
+        __m256d d[2];
+        e4m3_doubles8(c, place, d);
+        double* o = out + (k0 + 2 * q + h) * 8;
+        _mm256_storeu_pd(o, _mm256_mul_pd(d[0], unbias));
+        _mm256_storeu_pd(o + 4, _mm256_mul_pd(d[1], unbias));
+      }
+  }
+  if (k0 < kc) {
+    const int cnt = kc - k0;
     __m256 r[8];
     for (int j = 0; j < 8; ++j) r[j] = j < n ? load_row<2>(w, ldw, j, k0, cnt) : _mm256_setzero_ps();
     transpose8(r);
@@ -571,61 +624,59 @@ DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void prefetch_block(cons
   _mm_prefetch(reinterpret_cast<const char*>(at + 64), _MM_HINT_T0);
 }
 
-/// One block of e4m3_rows for MT x rows and R weight rows (MT * R <= 8). Each weight code becomes
-/// the double whose top 16 bits are sign << 15 | (code & 0x7F) << 1 and whose other bits are 0: the
-/// code's value times 2^-1016, as in the AVX-512 kernel. Per 8 codes of a row: a broadcast load puts
-/// them in every qword, c + c and c & 0x80 are blended into one vector (each 128-bit lane: c + c in
-/// its low 8 bytes, c & 0x80 in its high 8), and one in-lane byte shuffle per 4 codes moves their two
-/// bytes to the tops of the 4 doubles (the low lane taking codes 4j, 4j + 1, the high lane 4j + 2,
-/// 4j + 3): x as stored. Two shuffles and three simple operations per 8 codes, where the sign
-/// extension, shift and mask per 4 codes took two shuffles and four (the shuffle-and-shift ports bound
-/// this kernel at one and two x rows: one Zen 5 core, forced to AVX2, 7168-column rows in L2, 1 row
-/// 13.9 -> 15.4 G codes/s, 2 rows 11.4 -> 12.3; streamed from memory, 1 row 11.0 -> 12.1).
+/// Blocks [kb0, kb1) of e4m3_rows for MT x rows and R weight rows (MT * R <= 8): xd at column 0
+/// (rows ldx apart), wr[r] weight row r's first code; each block's product is added to out[m][r]
+/// for r < valid_rows, the sums kept in registers from block to block (the same additions in the same
+/// order as adding to out per block). Each 8 codes of a row become doubles (their values times
+/// 2^-1016, as in the AVX-512 kernel) by e4m3_doubles8 from one broadcast load, against x as stored:
+/// two shuffles and three simple operations per 8 codes, where the sign extension, shift and mask
+/// per 4 codes took two shuffles and four (the shuffle-and-shift ports bound this kernel at one and
+/// two x rows: one Zen 5 core, forced to AVX2, 7168-column rows in L2, 1 row 13.9 -> 15.4 G codes/s,
+/// 2 rows 11.4 -> 12.3; streamed from memory, 1 row 11.0 -> 12.1). `ahead`: hint the block at that
+/// offset from each row (0: none).
 template <int MT, int R>
-DSV32_TARGET_AVX2 void e4m3_block(const double* xb, std::int64_t ldx, const float* xsb, std::int64_t ldxs,
-                                  const std::uint8_t* const* wb, float ws, int valid_rows, float* out,
-                                  std::int64_t ldo) {
+DSV32_TARGET_AVX2 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
+                                   const float* xs, std::int64_t ldxs, const std::uint8_t* const* wr, const float* ws,
+                                   int valid_rows, float* out, std::int64_t ldo, std::int64_t ahead) {
   constexpr int A = MT * R, V = A > 4 ? 2 : 1;
-  const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
-  // qword lane i of place[j]: bytes 6, 7 from byte 4j + i (c + c) and 8 + 4j + i (c & 0x80) of its
-  // 128-bit lane; the rest 0
-  __m256i place[2];
-  for (int j = 0; j < 2; ++j) {
-    auto q = [](unsigned code) {
-      return static_cast<long long>(0x0000808080808080ull | std::uint64_t{code} << 48 | (8ull + code) << 56);
-    };
-    place[j] = _mm256_setr_epi64x(q(4 * j), q(4 * j + 1), q(4 * j + 2), q(4 * j + 3));
-  }
-  __m256d acc[4 * V];
-  for (int i = 0; i < 4 * V; ++i) acc[i] = _mm256_setzero_pd();
-  for (int k = 0; k < 128; k += 8) {
-    for (int r = 0; r < R; ++r) {
-      std::int64_t bits;
-      std::memcpy(&bits, wb[r] + k, 8);
-      const __m256i c = _mm256_set1_epi64x(bits);
-      const __m256i v = _mm256_blend_epi32(_mm256_add_epi8(c, c), _mm256_and_si256(c, sign), 0xCC);
-      for (int j = 0; j < 2; ++j) {
-        const __m256d wv = _mm256_castsi256_pd(_mm256_shuffle_epi8(v, place[j]));
-        for (int m = 0; m < MT; ++m)
-          acc[m * R + r] = _mm256_fmadd_pd(wv, _mm256_loadu_pd(xb + m * ldx + k + 4 * j), acc[m * R + r]);
+  const E4m3Place place = e4m3_place();
+  alignas(16) float c[4 * V];
+  for (int i = 0; i < 4 * V; ++i) c[i] = i < A && i % R < valid_rows ? out[(i / R) * ldo + i % R] : 0.0f;
+  __m128 cv[V];
+  for (int v = 0; v < V; ++v) cv[v] = _mm_load_ps(c + 4 * v);
+  for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+    if (ahead)
+      for (int r = 0; r < valid_rows; ++r) prefetch_block(wr[r], ahead + kb * 128);
+    const double* xb = xd + kb * 128;
+    __m256d acc[4 * V];
+    for (int i = 0; i < 4 * V; ++i) acc[i] = _mm256_setzero_pd();
+    for (int k = 0; k < 128; k += 8) {
+      for (int r = 0; r < R; ++r) {
+        std::int64_t bits;
+        std::memcpy(&bits, wr[r] + kb * 128 + k, 8);
+        __m256d wv[2];
+        e4m3_doubles8(_mm256_set1_epi64x(bits), place, wv);
+        for (int j = 0; j < 2; ++j)
+          for (int m = 0; m < MT; ++m)
+            acc[m * R + r] = _mm256_fmadd_pd(wv[j], _mm256_loadu_pd(xb + m * ldx + k + 4 * j), acc[m * R + r]);
       }
     }
-  }
-  for (int v = 0; v < V; ++v) {
-    const __m256d d = _mm256_mul_pd(reduce4(acc + 4 * v), _mm256_set1_pd(0x1p504));
-    alignas(16) float scale[4], p[4];
-    for (int i = 0; i < 4; ++i) {
-      const int m = (4 * v + i) / R;
-      scale[i] = m < MT ? xsb[m * ldxs] * ws : 0.0f;
-    }
-    __m128 q = _mm_mul_ps(_mm256_cvtpd_ps(d), _mm_load_ps(scale));
-    __asm__("" : "+x"(q));
-    _mm_store_ps(p, q);
-    for (int i = 0; i < 4; ++i) {
-      const int idx = 4 * v + i, m = idx / R, r = idx % R;
-      if (idx < A && r < valid_rows) out[m * ldo + r] += p[i];
+    for (int v = 0; v < V; ++v) {
+      // exact dots times 2^-504 -> exact dots -> f32, then times the scale product, then added
+      const __m256d d = _mm256_mul_pd(reduce4(acc + 4 * v), _mm256_set1_pd(0x1p504));
+      float s[4];
+      for (int i = 0; i < 4; ++i) {
+        const int m = (4 * v + i) / R;
+        s[i] = m < MT ? xs[m * ldxs + kb] * ws[kb] : 0.0f;
+      }
+      __m128 q = _mm_mul_ps(_mm256_cvtpd_ps(d), _mm_setr_ps(s[0], s[1], s[2], s[3]));
+      __asm__("" : "+x"(q));  // rounded, never fused into the addition
+      cv[v] = _mm_add_ps(cv[v], q);
     }
   }
+  for (int v = 0; v < V; ++v) _mm_store_ps(c + 4 * v, cv[v]);
+  for (int i = 0; i < A; ++i)
+    if (i % R < valid_rows) out[(i / R) * ldo + i % R] = c[i];
 }
 
 template <int MT, int R>
@@ -633,17 +684,12 @@ DSV32_TARGET_AVX2 void e4m3_rows_group(std::int64_t kb0, std::int64_t kb1, const
                                        const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
                                        int valid, const float* ws, float* out, std::int64_t ldo,
                                        std::int64_t ahead) {
-  alignas(64) static const std::uint8_t zeros[128] = {};  // stands in for the rows past the last one
   for (int q = 0; q < 8; q += R) {
     const int v = valid - q >= R ? R : valid - q;
     if (v <= 0) break;
-    for (std::int64_t kb = kb0; kb < kb1; ++kb) {
-      const std::uint8_t* wb[R];
-      for (int r = 0; r < R; ++r) wb[r] = r < v ? w + (q + r) * ldw + kb * 128 : zeros;
-      if (ahead)
-        for (int r = 0; r < v; ++r) prefetch_block(wb[r], ahead);
-      e4m3_block<MT, R>(xd + kb * 128, ldx, xs + kb, ldxs, wb, ws[kb], v, out + q, ldo);
-    }
+    const std::uint8_t* wr[R];
+    for (int r = 0; r < R; ++r) wr[r] = w + (q + (r < v ? r : 0)) * ldw;  // a stand-in row past the last
+    e4m3_blocks<MT, R>(kb0, kb1, xd, ldx, xs, ldxs, wr, ws, v, out + q, ldo, ahead);
   }
 }
 
