@@ -773,7 +773,6 @@ class Server {
     if (!inflight_cv_.wait_until(lock, deadline, [&] { return inflight_ == 0; })) {
       std::cerr << "dsv32-server: " << inflight_ << " request(s) still running after " << timeout << " s: cancelled\n";
       lock.unlock();
-      shutting_down_cancel_ = true;
       backend_.stop();  // every request in flight ends (cancelled), pages back
       lock.lock();
       inflight_cv_.wait(lock, [&] { return inflight_ == 0; });
@@ -1110,7 +1109,7 @@ class Server {
   std::string bos_text_;
   std::optional<std::int32_t> eos_;
   dsv32::ServerMetrics metrics_;
-  std::atomic<bool> draining_{false}, shutting_down_cancel_{false};
+  std::atomic<bool> draining_{false};
   std::mutex inflight_mu_;
   std::condition_variable inflight_cv_;
   std::int64_t inflight_ = 0;
@@ -1367,6 +1366,7 @@ int serve(const Arguments& a, const sigset_t& signals) {
   while (!http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 
   if (!a.bench.empty()) {
+    pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);  // a benchmark stops at Ctrl-C, as any program does
     const int status = run_bench(a, *backend, port, name);
     http.stop();
     listener.join();
