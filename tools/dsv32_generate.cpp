@@ -52,14 +52,13 @@ namespace {
 
 using Tokens = std::vector<std::int32_t>;
 
-// The embedded default model: the shape of the golden FP8 scenarios at dim 128, with the released
-// model's vocabulary (129280) so that the DeepSeek tokenizers' ids all fit and text and chat
-// modes work out of the box. Random weights: 97 MiB, about 1 s to initialize and a few ms per
-// token on one core. (A smaller vocabulary would be faster but could not run text modes.)
-struct EmbeddedDefault : dsv32::TinyFp8Ue8m0Yarn {
+// The embedded default model: dsv32-server's demo model (DemoFp8: the shape of the golden FP8
+// scenarios at dim 128, with the released model's vocabulary, 129280, so that the DeepSeek
+// tokenizers' ids all fit and text and chat modes work out of the box). Random weights: about 1 s
+// to initialize and a few ms per token on one core. (A smaller vocabulary would be faster but could
+// not run text modes.)
+struct EmbeddedDefault : dsv32::DemoFp8 {
   static constexpr std::string_view name = "embedded-default (tiny FP8, vocab 129280, random weights)";
-  static constexpr std::int64_t vocab_size = 129280;
-  static constexpr std::int64_t dim = 128;
 };
 // The embedded model over 2 ranks (--world-size 2, mpirun -n 2): 16 heads and two shared experts, so
 // that each rank holds whole FP8 blocks (EmbeddedDefault's 4 heads cannot split). Its random weights
