@@ -2,12 +2,13 @@
 """dsv32-server on loopback, driven by the official `openai` client (and by raw HTTP where the client
 hides what is checked: status lines, error objects, the `data: [DONE]` event).
 
-    test_server.py GROUP --server PATH --data DIR --tokenize PATH
+    test_server.py GROUP --server PATH --data DIR --tokenize PATH --generate PATH
 
 GROUP is one of the test classes below (models, chat, completions, errors, scripted, concurrency, load,
 disconnect, faults, shutdown, checkpoint, cli); each starts its own servers on free ports. Expected
-values come from elsewhere than the server: dsv32-tokenize (prompt token counts, token texts), the
-golden reference's tokens, the scripted replies, and the same request sent alone.
+values come from elsewhere than the server: dsv32-tokenize (prompt token counts, token texts),
+dsv32-generate (the demo model's greedy tokens through generate()), the golden reference's tokens, the
+scripted replies, and the same request sent alone.
 """
 import argparse
 import ctypes
@@ -478,6 +479,19 @@ class completions(unittest.TestCase):
         self.assertEqual(r.choices[0].finish_reason, "stop")
         self.assertEqual(r.choices[0].stop_reason, ids[k])
         self.assertEqual(r.choices[0].text, decode(ids[:k]))
+
+    def test_same_tokens_as_dsv32_generate(self):
+        # dsv32-generate's embedded model is the demo model (same preset, same seed): its greedy
+        # tokens through generate(), against the server's through the engine and HTTP
+        prompt = [1, 17, 42, 99, 256, 7, 311, 5]
+        out = subprocess.run([ARGS.generate, "--prompt-ids", " ".join(map(str, prompt)), "--temperature", "0",
+                              "--max-new-tokens", "16", "--quiet"], check=True, capture_output=True, text=True).stdout
+        expected = [int(t) for t in out.split()]
+        self.assertEqual(len(expected), 16)
+        r = self.create(prompt=prompt, max_tokens=16, temperature=0, logprobs=0, extra_body={"return_tokens_as_token_ids": True})
+        got = [int(t.split(":")[1]) for t in r.choices[0].logprobs.tokens]
+        self.assertEqual(got, expected[:len(got)])
+        self.assertEqual(len(got), 16 if 1 not in expected else expected.index(1))  # eos (id 1) ends the server's
 
     def test_stop_strings(self):
         full = self.create(prompt="Hello", max_tokens=24, temperature=0).choices[0].text
@@ -1049,6 +1063,7 @@ def main():
     parser.add_argument("--server", required=True)
     parser.add_argument("--data", required=True)
     parser.add_argument("--tokenize", required=True)
+    parser.add_argument("--generate", required=True)
     ARGS = parser.parse_args()
     suite = unittest.defaultTestLoader.loadTestsFromTestCase(globals()[ARGS.group])
     result = unittest.TextTestRunner(verbosity=2, stream=sys.stdout).run(suite)

@@ -29,7 +29,7 @@ foreach(entry IN LISTS _dsv32_server_groups)
            COMMAND sh -c "test -x \"$1\" || { echo \"$1 not found: scripts/setup.sh makes the virtual environment with the openai client\" >&2; exit 1; }; exec \"$@\""
                    sh "${DSV32_TEST_PYTHON}" "${CMAKE_CURRENT_LIST_DIR}/test_server.py" ${group}
                    --server $<TARGET_FILE:dsv32-server> --data "${PROJECT_SOURCE_DIR}/tests/data"
-                   --tokenize $<TARGET_FILE:dsv32-tokenize>)
+                   --tokenize $<TARGET_FILE:dsv32-tokenize> --generate $<TARGET_FILE:dsv32-generate>)
   # one model thread: the demo model gains nothing from more, and ctest -j2 runs two tests at once;
   # the load test takes both cores (64 clients and the server)
   set_tests_properties(dsv32_server_${group} PROPERTIES TIMEOUT ${timeout} ENVIRONMENT "OMP_NUM_THREADS=1")
