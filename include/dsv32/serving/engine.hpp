@@ -599,6 +599,10 @@ class Engine {
       plan.push_back({running_.back().get(), n});
       budget -= n;
     }
+    {  // the admitted ones no longer count against max_waiting
+      std::lock_guard<std::mutex> lock(mu_);
+      waiting_count_ = static_cast<std::int64_t>(waiting_.size());
+    }
     if (plan.empty()) {
       publish_stats();
       return false;
