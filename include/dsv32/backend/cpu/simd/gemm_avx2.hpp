@@ -2,10 +2,12 @@
 /// \brief CPU: the AVX2 + FMA + F16C GemmOps, compiled with target attributes; used on x86-64 CPUs
 ///        without AVX-512. Same arithmetic as the AVX-512 and portable tables (see gemm_ops.hpp).
 ///
-/// Micro-tiles: 6 x rows by 16 weight rows in f32 (12 ymm accumulators), 6 by 8 in f64. The
-/// small-M FP8 kernels stream weight rows once: the exact one widens codes to doubles by shifting
-/// their bits into place, the fast one (e4m3_pair_rows, the row order) to f32 the same way, and so
-/// does its panel-order sibling from 5 x rows on (e4m3_panel_rows: lanes over 8 weight rows).
+/// Micro-tiles: 6 x rows by 16 weight rows in f32 (12 ymm accumulators), 6 by 8 in f64, the FP8
+/// block epilogue in their registers. The small-M kernels stream weight rows once: bf16 (the head,
+/// bf16_rows) with lanes over 8 weight rows, transposed as column pairs in the 128-bit lanes; exact
+/// FP8 (e4m3_rows) with codes placed as doubles by byte shuffles (e4m3_doubles8); fast FP8 in the
+/// row order (e4m3_pair_rows) widened to f32 by shifts, and from 5 x rows on in the panel order
+/// (e4m3_panel_rows: lanes over 8 weight rows). docs/performance.md ("AVX2") says why.
 #pragma once
 
 #include "dsv32/backend/cpu/simd/isa.hpp"
@@ -513,8 +515,9 @@ DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void load_pairs8(const s
   p[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 
-/// How far ahead (in columns) bf16_rows8 asks for each of its rows: 512 bytes, as the AVX-512
-/// kernel does.
+/// How far ahead (in columns) bf16_rows_groups asks for each of its rows: 512 bytes, as the AVX-512
+/// kernel does (one Zen 5 core forced to AVX2, 1 x row from memory: 256 and 512 columns within
+/// noise, 128 and 1024 3-15% slower).
 inline constexpr std::int64_t kBf16RowsAhead = 256;
 
 /// 8 columns of bf16_rows_groups: the weights from rows[8 g + j] + kw, x from column kx.
@@ -544,8 +547,8 @@ DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void bf16_rows_step(cons
 /// rounding per addition: the sequential f32 sum), x broadcast from memory. Each accumulator is one
 /// chain of K dependent FMAs, so a kernel with fewer than 8 of them waits on the FMA latency: up to 4
 /// x rows take 16 weight rows at once (G = 2; one Zen 5 core forced to AVX2, weights in L2, 1 x row
-/// 7.8 -> 15.0 G elements/s, 2 x rows 7.9 -> 11.7). Rows past n read row 0 and are not stored; a column tail (K % 8) runs on a
-/// zero-padded copy (x is zero there too).
+/// 7.8 -> 15.0 G elements/s, 2 x rows 7.9 -> 11.7). Rows past n read row 0 and are not stored; a
+/// column tail (K % 8) runs on a zero-padded copy (x is zero there too).
 template <int MT, int G>
 DSV32_TARGET_AVX2 void bf16_rows_groups(std::int64_t K, const float* x, std::int64_t ldx, const std::uint16_t* w,
                                         std::int64_t ldw, int n, float* out, std::int64_t ldo) {
