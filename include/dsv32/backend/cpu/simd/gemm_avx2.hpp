@@ -166,7 +166,8 @@ DSV32_TARGET_AVX2 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t 
                             _mm_unpackhi_epi32(b1, b3)};
     for (int q = 0; q < 4; ++q)
       for (int h = 0; h < 2; ++h) {
-        const __m256i c = _mm256_permute4x64_epi64(_mm256_castsi128_si256(col[q]), h ? 0x55 : 0x00);
+        const __m256i wide = _mm256_castsi128_si256(col[q]);  // each 64-bit column broadcast (immediates)
+        const __m256i c = h ? _mm256_permute4x64_epi64(wide, 0x55) : _mm256_permute4x64_epi64(wide, 0x00);
         __m256d d[2];
         e4m3_doubles8(c, place, d);
         double* o = out + (k0 + 2 * q + h) * 8;
