@@ -1,7 +1,7 @@
 # The optional NCCL component: target dsv32_nccl (alias dsv32::nccl) = the CUDA backend's link
 # interface (dsv32::cuda) + NCCL (NCCL::nccl, cmake/FindNCCL.cmake), for <dsv32/nccl.hpp>
 # (NcclCommunicator: device-memory collectives on the CUDA backend's stream). Bootstrapping a group of
-# processes over MPI (<dsv32/nccl/mpi_bootstrap.hpp>) needs dsv32::mpi as well; a single process needs
+# processes over MPI (<dsv32/parallel/nccl_mpi_bootstrap.hpp>) needs dsv32::mpi as well; a single process needs
 # no MPI. Where NCCL is not found the component is left out, with a message.
 #
 # Included by the top-level CMakeLists.txt after cmake/cuda.cmake defined dsv32::cuda, when

@@ -13,7 +13,7 @@
 #include "dsv32/core/numeric.hpp"
 #include "dsv32/core/tensor.hpp"
 #include "dsv32/core/parallel.hpp"
-#include "dsv32/core/thread_communicator.hpp"
+#include "dsv32/parallel/thread_communicator.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/presets.hpp"
 #include "dsv32/config/runtime_options.hpp"

@@ -5,4 +5,4 @@
 #pragma once
 
 #include "dsv32/dsv32.hpp"
-#include "dsv32/mpi/mpi_communicator.hpp"
+#include "dsv32/parallel/mpi_communicator.hpp"

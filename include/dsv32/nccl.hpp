@@ -4,7 +4,7 @@
 ///        collectives on the backend's stream), NcclBootstrap and DSV32_NCCL_CHECK.
 ///
 /// Include it from a .cu translation unit compiled by nvcc and link dsv32::nccl (dsv32::cuda + NCCL).
-/// Bootstrapping a group of processes over MPI is in <dsv32/nccl/mpi_bootstrap.hpp> (link dsv32::mpi
+/// Bootstrapping a group of processes over MPI is in <dsv32/parallel/nccl_mpi_bootstrap.hpp> (link dsv32::mpi
 /// too); a single process (world size 1) needs no MPI. See docs/parallelism.md.
 #pragma once
 
@@ -13,6 +13,6 @@
 #endif
 
 #include "dsv32/cuda.hpp"
-#include "dsv32/nccl/bootstrap.hpp"
-#include "dsv32/nccl/check.hpp"
-#include "dsv32/nccl/nccl_communicator.cuh"
+#include "dsv32/parallel/nccl_bootstrap.hpp"
+#include "dsv32/parallel/nccl_check.hpp"
+#include "dsv32/parallel/nccl_communicator.cuh"

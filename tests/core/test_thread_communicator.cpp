@@ -1,6 +1,6 @@
-// Tests of dsv32/core/thread_communicator.hpp: the collectives' results, their deterministic summation
+// Tests of dsv32/parallel/thread_communicator.hpp: the collectives' results, their deterministic summation
 // order, size mismatches reported on every rank, and abort() releasing waiting ranks.
-#include <dsv32/core/thread_communicator.hpp>
+#include <dsv32/parallel/thread_communicator.hpp>
 #include <dsv32/testing/host_invisible.hpp>
 
 #include <doctest/doctest.h>

@@ -3,8 +3,8 @@
 // (ncclGetUniqueId needs no GPU). Built where dsv32::nccl exists (tests/cuda/tests.cmake).
 #include <doctest/doctest.h>
 
-#include <dsv32/nccl/bootstrap.hpp>
-#include <dsv32/nccl/check.hpp>
+#include <dsv32/parallel/nccl_bootstrap.hpp>
+#include <dsv32/parallel/nccl_check.hpp>
 
 #include <cstring>
 #include <string>

@@ -1,4 +1,4 @@
-// The NCCL unique id over MPI (<dsv32/nccl/mpi_bootstrap.hpp>), run by ctest under `mpirun -n 2`
+// The NCCL unique id over MPI (<dsv32/parallel/nccl_mpi_bootstrap.hpp>), run by ctest under `mpirun -n 2`
 // (tests/cuda/tests.cmake). No GPU is needed: ncclGetUniqueId opens a socket, and nothing here
 // initializes an NCCL communicator.
 //  - every rank receives rank 0's id byte for byte (from an MPI_Comm and from an MpiCommunicator, root 0
@@ -9,7 +9,7 @@
 #include <doctest/doctest.h>
 
 #include <dsv32/mpi.hpp>
-#include <dsv32/nccl/mpi_bootstrap.hpp>
+#include <dsv32/parallel/nccl_mpi_bootstrap.hpp>
 
 #include <cstring>
 #include <span>

@@ -2,7 +2,7 @@
 // them over processes): rank 0's generate() makes the other rank compute the same calls, so the tokens
 // are those of both ranks calling dsv32::generate themselves; rank 0's callback stops every rank; bad
 // arguments are refused before anything is sent; finish() releases serve().
-#include <dsv32/core/thread_communicator.hpp>
+#include <dsv32/parallel/thread_communicator.hpp>
 #include <dsv32/dsv32.hpp>
 #include <dsv32/generate/group.hpp>
 

@@ -3,7 +3,7 @@
 // both sides make, and the relative error the comparisons with one rank use.
 #pragma once
 
-#include <dsv32/core/thread_communicator.hpp>
+#include <dsv32/parallel/thread_communicator.hpp>
 #include <dsv32/dsv32.hpp>
 #include <dsv32/io/hf_checkpoint.hpp>
 

@@ -2,7 +2,7 @@
 // two model-parallel shards, loaded by two ranks running as threads (ThreadCommunicator) and compared
 // with the one-rank model; the shards' contents checked against convert.py's layout; world sizes that
 // do not divide refused before anything is written.
-#include <dsv32/core/thread_communicator.hpp>
+#include <dsv32/parallel/thread_communicator.hpp>
 #include <dsv32/dsv32.hpp>
 #include <dsv32/io/checkpoint.hpp>
 #include <dsv32/io/convert.hpp>

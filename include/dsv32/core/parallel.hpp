@@ -26,10 +26,9 @@
 #include <string_view>
 #include <utility>
 
-#include "dsv32/backend/backend.hpp"
-#include "dsv32/backend/cpu/memory.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/numeric.hpp"
+#include "dsv32/core/space.hpp"
 #include "dsv32/core/tensor.hpp"
 
 namespace dsv32 {

@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "dsv32/backend/backend.hpp"
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/space.hpp"
 
 namespace dsv32 {
 

@@ -3,7 +3,7 @@
 ///        one rank, with ncclGetUniqueId), its rank and the world size.
 ///
 /// How the id reaches the other ranks is the caller's choice: over MPI with
-/// nccl_bootstrap_over_mpi() (<dsv32/nccl/mpi_bootstrap.hpp>, needs dsv32::mpi), through a file or a
+/// nccl_bootstrap_over_mpi() (<dsv32/parallel/nccl_mpi_bootstrap.hpp>, needs dsv32::mpi), through a file or a
 /// key-value store of the caller's own, or not at all for one rank (NcclBootstrap::single()).
 ///
 /// Host header of the optional NCCL component (nccl.h; link dsv32::nccl). A host compiler compiles it.
@@ -12,7 +12,7 @@
 #include <nccl.h>
 
 #include "dsv32/core/error.hpp"
-#include "dsv32/nccl/check.hpp"
+#include "dsv32/parallel/nccl_check.hpp"
 
 namespace dsv32 {
 

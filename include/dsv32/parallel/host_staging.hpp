@@ -7,8 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "dsv32/backend/backend.hpp"
-#include "dsv32/backend/cpu/memory.hpp"
+#include "dsv32/core/space.hpp"
 
 namespace dsv32::detail {
 

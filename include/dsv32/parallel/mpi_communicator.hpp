@@ -49,10 +49,12 @@
 #include <string>
 #include <vector>
 
+#include "dsv32/backend/backend.hpp"
+#include "dsv32/backend/cpu/memory.hpp"
 #include "dsv32/core/error.hpp"
-#include "dsv32/core/host_staging.hpp"
 #include "dsv32/core/numeric.hpp"
 #include "dsv32/core/parallel.hpp"
+#include "dsv32/parallel/host_staging.hpp"
 
 namespace dsv32 {
 

@@ -5,7 +5,7 @@
 /// \code
 /// // one process, one GPU (world size 1: no MPI needed)
 /// dsv32::NcclCommunicator comm;                                  // NcclBootstrap::single()
-/// // W processes, one GPU each (<dsv32/nccl/mpi_bootstrap.hpp>, link dsv32::mpi too)
+/// // W processes, one GPU each (<dsv32/parallel/nccl_mpi_bootstrap.hpp>, link dsv32::mpi too)
 /// dsv32::NcclCommunicator comm(dsv32::nccl_bootstrap_over_mpi(mpi), dsv32::mpi_local_rank());
 /// dsv32::Transformer<MyConfig, dsv32::Cuda> model(options, dsv32::Parallel::from(comm));
 /// \endcode
@@ -43,8 +43,8 @@
 #include "dsv32/backend/cuda/memory.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/parallel.hpp"
-#include "dsv32/nccl/bootstrap.hpp"
-#include "dsv32/nccl/check.hpp"
+#include "dsv32/parallel/nccl_bootstrap.hpp"
+#include "dsv32/parallel/nccl_check.hpp"
 
 namespace dsv32 {
 

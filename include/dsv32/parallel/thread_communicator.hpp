@@ -36,9 +36,11 @@
 #include <span>
 #include <vector>
 
+#include "dsv32/backend/backend.hpp"
+#include "dsv32/backend/cpu/memory.hpp"
 #include "dsv32/core/error.hpp"
-#include "dsv32/core/host_staging.hpp"
 #include "dsv32/core/parallel.hpp"
+#include "dsv32/parallel/host_staging.hpp"
 
 namespace dsv32 {
 

@@ -23,8 +23,8 @@
 #include <cstring>
 #include <string>
 
-#include "dsv32/mpi/mpi_communicator.hpp"
-#include "dsv32/nccl/bootstrap.hpp"
+#include "dsv32/parallel/mpi_communicator.hpp"
+#include "dsv32/parallel/nccl_bootstrap.hpp"
 
 namespace dsv32 {
 
