@@ -1,4 +1,4 @@
-// Tests of dsv32/layers/parameter.hpp and linear.hpp: a Parameter's dtype rules, conversion, filling,
+// Tests of dsv32/weights/parameter.hpp and linear.hpp: a Parameter's dtype rules, conversion, filling,
 // borrowing and release; ParameterStore's binding checks; the Linear, RMSNorm, LayerNorm and
 // Embedding layers bound by name, their default eps and their use of the kernels.
 #include "dsv32/backend/cpu/kernels.hpp"

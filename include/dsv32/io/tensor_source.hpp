@@ -17,7 +17,7 @@
 #include "dsv32/backend/backend.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/io/safetensors.hpp"
-#include "dsv32/layers/parameter.hpp"
+#include "dsv32/weights/parameter.hpp"
 
 namespace dsv32 {
 

@@ -12,11 +12,12 @@
 #include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/layers/context.hpp"
-#include "dsv32/layers/parameter.hpp"
+#include "dsv32/weights/parameter.hpp"
 
 namespace dsv32 {
 
-/// \addtogroup layers
+/// \defgroup layers Layers
+/// \brief The model's modules, templated on the compile-time config and the backend.
 /// @{
 
 /// \brief A linear layer without bias, like the reference's Linear / ColumnParallelLinear /

@@ -13,17 +13,16 @@
 #include <unordered_map>
 #include <vector>
 
-#include "dsv32/backend/backend.hpp"
 #include "dsv32/config/tensor_table.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/numeric.hpp"
+#include "dsv32/core/space.hpp"
 #include "dsv32/core/tensor.hpp"
 
 namespace dsv32 {
 
-/// \defgroup layers Layers
-/// \brief The model's modules, templated on the compile-time config and the backend.
+/// \addtogroup layers
 /// @{
 
 /// \brief A weight tensor: its row of the tensor table (name, role, dtype, local shape, split) and the
