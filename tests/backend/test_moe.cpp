@@ -2,6 +2,7 @@
 // group selection by top-2 sum with a bias and by max without, the bias used for selection only,
 // normalization and route_scale) and against a naive reference on random logits; gather / scatter.
 #include "dsv32/backend/cpu/moe.hpp"
+#include "dsv32/backend/cpu/quant.hpp"
 
 #include <doctest/doctest.h>
 

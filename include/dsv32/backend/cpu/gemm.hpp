@@ -27,26 +27,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "dsv32/backend/cpu/kernel_table.hpp"
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
 #include "dsv32/backend/cpu/simd/isa.hpp"
-#if !defined(DSV32_CPU_KERNELS_SEPARATE)
-#include "dsv32/backend/cpu/simd/tables.hpp"
-#endif
 #include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/error.hpp"
 #include "dsv32/core/numeric.hpp"
 #include "dsv32/core/tensor.hpp"
-
-#if defined(DSV32_CPU_KERNELS_SEPARATE)
-namespace dsv32::cpu::simd {
-// simd::ops_for(), defined by the one source file of the program that includes
-// cpu/separate_kernels.hpp (which documents it)
-const GemmOps& compiled_ops(Isa isa);
-}  // namespace dsv32::cpu::simd
-#endif
 
 namespace dsv32 {
 
@@ -85,37 +75,6 @@ inline float* thread_scratch(std::size_t slot, std::size_t n) {
   auto& b = buffers[slot];
   if (b.size() < n) b.resize(n);
   return b.data();
-}
-
-/// \brief The kernel table for the ISA the products use now (active_isa()): simd::ops_for(), or
-///        where the program defines DSV32_CPU_KERNELS_SEPARATE the same table compiled in one of its
-///        source files (cpu/separate_kernels.hpp).
-inline const simd::GemmOps& gemm_ops() {
-#if defined(DSV32_CPU_KERNELS_SEPARATE)
-  return simd::compiled_ops(active_isa());
-#else
-  return simd::ops_for(active_isa());
-#endif
-}
-
-/// \brief Quantizes bf16 activations to E4M3 per 1x128 block (the reference's act_quant), on the
-///        kernels of gemm_ops(): the same codes and scales on every ISA.
-/// \param x     [rows, cols] bf16, cols a multiple of 128
-/// \param fmt   activation scale format
-/// \param codes [rows, cols] E4M3 codes: e4m3(clamp(x / s, -448, 448))
-/// \param scale [rows, cols / 128] f32 block scales: activation_scale(max |x| of the block, fmt)
-inline void act_quant(MatrixView<const bf16> x, ScaleFmt fmt, MatrixView<std::uint8_t> codes,
-                      MatrixView<float> scale) {
-  const std::int64_t blocks = x.cols / kBlockSize;
-  const simd::GemmOps& ops = gemm_ops();
-  parallel_for(x.rows, x.cols, [&](std::int64_t r) {
-    const auto* xr = reinterpret_cast<const std::uint16_t*>(x.row(r));
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      const float s = activation_scale(ops.amax_bf16(xr + b * kBlockSize, kBlockSize), fmt);
-      scale.row(r)[b] = s;
-      ops.quantize_e4m3(xr + b * kBlockSize, kBlockSize, s, codes.row(r) + b * kBlockSize);
-    }
-  });
 }
 
 /// \brief Rows [r0, r0 + n) of a weight as f32: exact for BF16 and F32; for F8_E4M3 the reference's

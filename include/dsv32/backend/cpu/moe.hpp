@@ -149,20 +149,4 @@ inline void scatter_add(MatrixView<const bf16> src, const std::int32_t* rows, co
   }
 }
 
-/// \brief out = bf16(x).
-/// \param x   [rows, n] f32
-/// \param out [rows, n] bf16
-inline void round_to_bf16(MatrixView<const float> x, MatrixView<bf16> out) {
-  for (std::int64_t r = 0; r < x.rows; ++r)
-    for (std::int64_t c = 0; c < x.cols; ++c) out.row(r)[c] = bf16(x.row(r)[c]);
-}
-
-/// \brief out = f32(x) (exact).
-/// \param x   [rows, n] bf16
-/// \param out [rows, n] f32
-inline void widen_to_f32(MatrixView<const bf16> x, MatrixView<float> out) {
-  for (std::int64_t r = 0; r < x.rows; ++r)
-    for (std::int64_t c = 0; c < x.cols; ++c) out.row(r)[c] = static_cast<float>(x.row(r)[c]);
-}
-
 }  // namespace dsv32::cpu

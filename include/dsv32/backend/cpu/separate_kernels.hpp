@@ -7,7 +7,7 @@
 /// clang with AddressSanitizer, on the 2-core hosts of docs/performance.md. A program with several
 /// such source files can compile them once:
 /// - define `DSV32_CPU_KERNELS_SEPARATE` for every source file of the program (`-D`, or
-///   `target_compile_definitions`): cpu/gemm.hpp then only declares simd::compiled_ops() and includes
+///   `target_compile_definitions`): cpu/kernel_table.hpp then only declares simd::compiled_ops() and includes
 ///   no kernel. All of them, not some: cpu::gemm_ops() is an inline function whose body depends on
 ///   the macro, and one program must see one definition of it;
 /// - include this header in exactly one of them, which defines it (built without the macro, that file
