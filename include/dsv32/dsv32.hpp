@@ -9,6 +9,7 @@
 #pragma once
 
 #include "dsv32/core/error.hpp"
+#include "dsv32/core/format.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/numeric.hpp"
 #include "dsv32/core/tensor.hpp"

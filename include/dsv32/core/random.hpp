@@ -9,10 +9,6 @@
 #include <cstdint>
 #include <string_view>
 
-#if defined(_OPENMP)
-#include <omp.h>
-#endif
-
 namespace dsv32 {
 
 /// \addtogroup core
@@ -100,21 +96,6 @@ class NormalStream {
 ///        piecewise-linear normal quantile function of 4096 bins (tails cut near +-3.7), from one
 ///        SplitMix64 hash of (key, index). A few nanoseconds per value, no state.
 inline float counter_normal(std::uint64_t key, std::uint64_t index) noexcept { return NormalStream(key)(index); }
-
-/// \brief Calls `f(i)` for every i in [0, n), on all OpenMP threads when the build has OpenMP (host
-///        work such as filling tensors; iterations must be independent).
-/// \tparam F callable as `f(std::int64_t i)`
-template <class F>
-void parallel_for_each(std::int64_t n, F&& f) {
-#if defined(_OPENMP)
-  if (n > 1 && !omp_in_parallel()) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (std::int64_t i = 0; i < n; ++i) f(i);
-    return;
-  }
-#endif
-  for (std::int64_t i = 0; i < n; ++i) f(i);
-}
 
 /// @}
 

@@ -1,6 +1,7 @@
 /// \file
 /// \brief Transformer: the whole DeepSeek-V3.2-Exp model — embedding, blocks, final norm, bf16 head (f32 logits) —
-///        with KV caches, input validation, weight listing and the memory plan.
+///        with KV caches, input validation and weight listing. Its memory plan is in memory_plan.hpp,
+///        its random weights in random_init.hpp.
 #pragma once
 
 #include <algorithm>
@@ -20,10 +21,12 @@
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/config/runtime_options.hpp"
 #include "dsv32/config/tensor_table.hpp"
-#include "dsv32/core/random.hpp"
+#include "dsv32/core/format.hpp"
 #include "dsv32/layers/block.hpp"
 #include "dsv32/layers/context.hpp"
 #include "dsv32/layers/linear.hpp"
+#include "dsv32/layers/memory_plan.hpp"
+#include "dsv32/layers/random_init.hpp"
 #include "dsv32/layers/rope.hpp"
 
 namespace dsv32 {
@@ -96,107 +99,6 @@ struct TensorEntry {
   Shape shape;        ///< local shape on this rank
   std::size_t bytes;  ///< bytes once loaded
 };
-
-/// \brief Memory a model needs on this rank, computed without allocating it.
-struct MemoryPlan {
-  std::map<DType, std::size_t> weight_bytes;  ///< by in-memory dtype
-  std::size_t weights = 0;                    ///< all parameters (FP8 scales included)
-  std::int64_t parameters = 0;                ///< parameter elements on this rank (scales excluded)
-  std::int64_t tensors = 0;                   ///< parameter tensors on this rank (scales included)
-  std::size_t cache_bytes_per_token = 0;      ///< all layers, one sequence, one position
-  std::size_t caches = 0;                     ///< max_batch_size x max_seq_len x the above
-  std::size_t rope_tables = 0;                ///< the cos/sin tables
-  std::size_t scratch = 0;                    ///< forward temporaries, reserved once for the runtime limits
-  /// The serving engine's page pool for a cache budget (plan_memory()'s `cache_budget`; empty without
-  /// one). Not part of total(): an engine frees `caches` and allocates this instead.
-  PagePoolPlan pool;
-
-  /// \brief weights + caches + rope_tables + scratch: the backend memory of a loaded model.
-  std::size_t total() const noexcept { return weights + caches + rope_tables + scratch; }
-};
-
-/// \brief "12.3 GiB"-style byte count.
-inline std::string format_bytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024.0 && u < 4) {
-    bytes /= 1024.0;
-    ++u;
-  }
-  std::ostringstream os;
-  os.setf(std::ios::fixed);
-  os.precision(u ? 2 : 0);
-  os << bytes << ' ' << units[u];
-  return os.str();
-}
-
-/// \brief Everything one forward pass writes besides the caches, reserved once when the weights are
-///        loaded (so that a decode step allocates nothing) and counted by the memory plan.
-template <class Backend>
-struct ForwardScratch {
-  Tensor<bf16, Backend> h;                  ///< [T, dim] the hidden state
-  Tensor<bf16, Backend> residual;           ///< [T, dim] the residual stream
-  Tensor<std::int32_t, Backend> meta;      ///< the pass's integers: tokens, positions, sequences, slots, rows, block table
-  PinnedBuffer<std::int32_t, Backend> host_meta;  ///< their host staging (one upload per pass)
-  Tensor<bf16, Backend> head_in;            ///< [rows, dim] the final hidden rows the head reads, gathered
-  Tensor<float, Backend> logits;            ///< [rows, vocab / world] this rank's logits
-  Tensor<float, Backend> gathered;          ///< [world, rows, vocab / world] every rank's logits (world > 1)
-  Tensor<float, Backend> reduce;            ///< [T, dim] f32 row-parallel reductions (world > 1)
-  BlockScratch<Backend> blocks;             ///< the blocks' temporaries
-
-  /// \brief Calls `r(buffer, elements)` with each buffer's largest size under `l`. Logits are reserved
-  ///        for one position per sequence: a call asking for every position's logits grows them.
-  template <class R>
-  void reserve(R&& r, const ModelArgs& a, const ForwardLimits& l) {
-    const std::int64_t T = l.tokens(), local_vocab = a.vocab_size / l.world_size;
-    r(h, elements(T, a.dim));
-    r(residual, elements(T, a.dim));
-    r(meta, meta_elements(l));
-    r(host_meta, meta_elements(l));
-    r(head_in, elements(std::min(T, l.batch), a.dim));
-    r(logits, elements(l.batch, local_vocab));
-    r(gathered, l.world_size > 1 ? elements(l.batch, a.vocab_size) : 0);
-    r(reduce, l.world_size > 1 ? elements(T, a.dim) : 0);
-    blocks.reserve(r, a, l);
-  }
-
-  /// \brief Integers of a pass's metadata at the limits `l`: tokens, positions, sequences and cache
-  ///        slots per row, logit rows, the expanded sequences' gathered cache rows, the block table.
-  static std::int64_t meta_elements(const ForwardLimits& l) {
-    const std::int64_t T = l.tokens(), expanded = l.seq > 1 ? std::min(l.positions, l.absorbed_from) : 0;
-    return elements(4, T) + l.batch + elements(l.batch, expanded) + elements(l.batch, l.pages_per_sequence());
-  }
-};
-
-/// \brief The memory plan of rank `rank` of a `world`-rank model with fields `a` and runtime limits
-///        `o`, read off the tensor table and the scratch reservations: what a loaded Transformer holds,
-///        computed without allocating any of it; with a `cache_budget`, also the serving engine's page
-///        pool of that many bytes (pages of `page_size` positions).
-/// \tparam Backend whose forward scratch is counted (default Cpu; a backend that runs grouped experts,
-///                 runs_grouped_experts, reserves their worst-case buffers instead of the per-expert ones)
-/// \throws Error(invalid_argument) when `world` does not divide a split dimension (named)
-template <class Backend = Cpu>
-MemoryPlan plan_memory(const ModelArgs& a, const RuntimeOptions& o, int world = 1, int rank = 0,
-                       std::size_t cache_budget = 0, std::int64_t page_size = kDefaultPageSize) {
-  MemoryPlan m;
-  if (cache_budget > 0) m.pool = plan_page_pool(a, cache_budget, page_size);
-  for_each_tensor(a, [&](const TensorSpec& t) {
-    const std::size_t bytes = static_cast<std::size_t>(elements(t.local_numel(), dtype_size(t.dtype), t.count));
-    m.weight_bytes[t.dtype] += bytes;
-    m.weights += bytes;
-    m.tensors += t.count;
-    if (t.counts_as_parameter()) m.parameters += t.local_numel() * t.count;
-  }, TableMode::patterns, world, rank);
-  m.cache_bytes_per_token = static_cast<std::size_t>(a.n_layers) * mla_cache_bytes_per_token(a);
-  m.caches = static_cast<std::size_t>(elements(m.cache_bytes_per_token, o.max_batch_size, o.max_seq_len));
-  m.rope_tables = static_cast<std::size_t>(elements(o.max_seq_len, a.qk_rope_head_dim, sizeof(float)));
-  ForwardScratch<Backend> scratch;  // nothing is allocated: the reservation is only counted
-  scratch.reserve([&]<class Buffer>(Buffer&, std::int64_t n) {
-    if constexpr (requires(Buffer& b) { b.mat(); })  // backend tensors, not pinned host buffers
-      m.scratch += static_cast<std::size_t>(elements(n, sizeof(*std::declval<Buffer&>().data())));
-  }, a, ForwardLimits::of(o, world));
-  return m;
-}
 
 /// \brief The DeepSeek-V3.2-Exp transformer.
 ///
@@ -370,33 +272,9 @@ class Transformer {
   /// \param seed          the seed; each tensor's stream is keyed by (seed, name)
   /// \param staging_bytes the uploader's pinned staging size (device backends), as in load_weights()
   void init_random(std::uint64_t seed, std::size_t staging_bytes = WeightUploader<Backend>::kDefaultStagingBytes) {
-    std::vector<float> pending_scale;  // an FP8 weight's block scales, written with the next tensor (its scale)
+    detail::RandomInit<Backend, Config::scale_fmt> init(seed);
     load_weights([](const Parameter<Backend>&, std::shared_ptr<const void>&) -> const void* { return nullptr; },
-                 [&](const Parameter<Backend>& p, WeightUploader<Backend>& up, void* dst) {
-                   const std::size_t n = static_cast<std::size_t>(p.numel());
-                   if (p.role() == TensorRole::scale) {
-                     DSV32_CHECK(pending_scale.size() == n, state, "init_random: ", p.name(), " does not follow its weight");
-                     up.write(dst, DType::F32, n, [&](std::size_t first, std::size_t count, void* host) {
-                       std::memcpy(host, pending_scale.data() + first, count * sizeof(float));
-                     });
-                     pending_scale.clear();
-                     return;
-                   }
-                   const RandomFill fill = random_fill(p, seed);
-                   if (p.dtype() == DType::F8_E4M3) {
-                     pending_scale = write_random_fp8(p, fill, up, dst);
-                     return;
-                   }
-                   DSV32_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::BF16, unsupported, "init_random: a ",
-                               dtype_name(p.dtype()), " parameter (", p.name(), ")");
-                   up.write(dst, p.dtype(), n, [&](std::size_t first, std::size_t count, void* host) {
-                     const std::size_t elem = dtype_size(p.dtype());
-                     parallel_chunks(count, [&](std::size_t c0, std::size_t len) {
-                       Parameter<Backend>::encode_host(p.dtype(), first + c0, len, static_cast<std::byte*>(host) + c0 * elem,
-                                                       fill);
-                     });
-                   });
-                 },
+                 [&](const Parameter<Backend>& p, WeightUploader<Backend>& up, void* dst) { init.write(p, up, dst); },
                  staging_bytes);
   }
 
@@ -740,98 +618,6 @@ class Transformer {
     visit([](const std::string&, Parameter<Backend>& p) { p.release(); });
     arena_ = Buffer<std::byte, Backend>();
     ready_ = false;
-  }
-
-  // init_random's distribution of one parameter: element i is mean + sd * N(0, 1)_i of its stream.
-  struct RandomFill {
-    NormalStream normal;
-    float mean = 0.0f, sd = 1.0f;
-    float operator()(std::size_t i) const noexcept { return mean + sd * normal(static_cast<std::uint64_t>(i)); }
-  };
-
-  // The distribution of parameter `p` by its role; its stream is keyed by (seed, name).
-  static RandomFill random_fill(const Parameter<Backend>& p, std::uint64_t seed) {
-    float mean = 0.0f, sd = 1.0f;
-    switch (p.role()) {
-      case TensorRole::norm: mean = 1.0f, sd = 0.1f; break;
-      case TensorRole::bias: sd = 0.1f; break;
-      case TensorRole::gate_bias: sd = 0.5f; break;
-      case TensorRole::embedding: break;
-      case TensorRole::weight: case TensorRole::head:
-        sd = 1.0f / std::sqrt(static_cast<float>(p.shape()[p.shape().rank() - 1]));
-        break;
-      case TensorRole::scale: fail(ErrorKind::state, "init_random: scales are written with their weights");
-    }
-    return {NormalStream(mix64(fnv1a64(p.name()) ^ mix64(seed))), mean, sd};
-  }
-
-  // Calls f(c0, len) for consecutive chunks of [0, n) on all threads.
-  template <class F>
-  static void parallel_chunks(std::size_t n, F&& f) {
-    constexpr std::size_t kChunk = std::size_t{1} << 16;
-    parallel_for_each(static_cast<std::int64_t>((n + kChunk - 1) / kChunk), [&](std::int64_t c) {
-      const std::size_t c0 = static_cast<std::size_t>(c) * kChunk;
-      f(c0, std::min(kChunk, n - c0));
-    });
-  }
-
-  // Writes FP8 weight `p` ([n, k], values from `fill`) quantized per 128x128 block with scale
-  // max(amax / 448, 1e-12), rounded up to a power of two where the config's scale_fmt is ue8m0 (the
-  // released V3.1 / V3.2 checkpoints' weight scales are); returns the scales ([ceil(n / 128),
-  // ceil(k / 128)]). When the uploader asks for the whole tensor at once (host memory), each 128-row
-  // block is drawn once, its scales taken and its codes written; otherwise the scales are taken
-  // first and each chunk drawn again.
-  static std::vector<float> write_random_fp8(const Parameter<Backend>& p, const RandomFill& fill,
-                                             WeightUploader<Backend>& up, void* dst) {
-    const std::int64_t n = p.shape()[0], k = p.shape()[1];
-    const std::int64_t nb = (n + kBlockSize - 1) / kBlockSize, kb = (k + kBlockSize - 1) / kBlockSize;
-    const auto total = static_cast<std::size_t>(n * k);
-    std::vector<float> scales(static_cast<std::size_t>(nb * kb), 0.0f);
-    bool scaled = false;
-    // Draws rows [128 b, 128 b + 128) into `w` and sets their block scales; codes != nullptr: also
-    // writes their E4M3 codes there (the block row's first code).
-    auto block_row = [&](std::int64_t b, std::vector<float>& w, std::uint8_t* codes) {
-      const std::int64_t r0 = b * kBlockSize, rows = std::min(kBlockSize, n - r0);
-      w.resize(static_cast<std::size_t>(rows * k));
-      float* s = scales.data() + b * kb;
-      for (std::int64_t i = 0; i < rows * k; ++i) w[i] = fill(static_cast<std::size_t>(r0 * k + i));
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c0 = 0, j = 0; c0 < k; c0 += kBlockSize, ++j)
-          for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) s[j] = std::max(s[j], std::fabs(w[r * k + c]));
-      for (std::int64_t j = 0; j < kb; ++j) {
-        s[j] = std::max(s[j] / kE4m3Max, 1e-12f);
-        if constexpr (Config::scale_fmt == ScaleFmt::ue8m0) s[j] = ceil_pow2(s[j]);
-      }
-      if (codes == nullptr) return;
-      for (std::int64_t r = 0; r < rows; ++r)
-        for (std::int64_t c0 = 0, j = 0; c0 < k; c0 += kBlockSize, ++j)
-          for (std::int64_t c = c0; c < std::min(k, c0 + kBlockSize); ++c) codes[r * k + c] = encode_e4m3(w[r * k + c] / s[j]);
-    };
-    up.write(dst, DType::F8_E4M3, total, [&](std::size_t first, std::size_t count, void* host) {
-      auto* codes = static_cast<std::uint8_t*>(host);
-      if (first == 0 && count == total) {
-        parallel_for_each(nb, [&](std::int64_t b) {
-          std::vector<float> w;
-          block_row(b, w, codes + b * kBlockSize * k);
-        });
-        scaled = true;
-        return;
-      }
-      if (!scaled) {
-        parallel_for_each(nb, [&](std::int64_t b) {
-          std::vector<float> w;
-          block_row(b, w, nullptr);
-        });
-        scaled = true;
-      }
-      parallel_chunks(count, [&](std::size_t c0, std::size_t len) {
-        for (std::size_t i = first + c0; i < first + c0 + len; ++i) {
-          const auto r = static_cast<std::int64_t>(i) / k, c = static_cast<std::int64_t>(i) % k;
-          codes[i - first] = encode_e4m3(fill(i) / scales[(r / kBlockSize) * kb + c / kBlockSize]);
-        }
-      });
-    });
-    return scales;
   }
 
   RuntimeOptions options_;
