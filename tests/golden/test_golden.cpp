@@ -1,7 +1,9 @@
 // Golden replays: every scenario of tests/data/golden (copied from the reference's vectors) replayed
 // call by call through dsv32::testing::replay_golden, checked against the acceptance tolerances:
 // logits within 1e-3 of max |logit|, identical visible indexer picks, identical experts with gate
-// weights within 1e-3, prefill intermediates within 2e-2.
+// weights within 1e-3, prefill intermediates within 2e-2. On top of that, what is exact today is
+// asserted bit for bit (check_scenario_exact): 34 of the 35 calls' logits and every prefill
+// intermediate; the gate weights and one call stay at a tolerance, for the reason written there.
 #include <doctest/doctest.h>
 
 #include <dsv32/dsv32.hpp>
@@ -9,9 +11,13 @@
 #include <dsv32/testing/host_invisible.hpp>
 
 #include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <iomanip>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,7 +56,148 @@ void check_scenario(const std::string& name) {
   MESSAGE(name << " on " << std::string(Backend::name) << ": worst logits error " << report.max_logits_error());
 }
 
+// Where two float arrays first differ in their bits (-1: nowhere), how many differ, and the largest
+// |difference|: bit-identity asserted with a message that shows the first difference.
+struct BitDiff {
+  std::int64_t first = -1;
+  float ours = 0, expected = 0;
+  std::int64_t differing = 0, total = 0;
+  double max_abs = 0;
+  bool identical() const { return first < 0; }
+  std::string describe(const std::string& what) const {
+    if (identical()) return what + ": bit-identical (" + std::to_string(total) + " values)";
+    std::ostringstream os;
+    os << what << ": " << differing << " of " << total << " values differ in their bits, first at index " << first
+       << ": ours " << std::setprecision(9) << ours << " (0x" << std::hex << std::bit_cast<std::uint32_t>(ours)
+       << "), expected " << std::dec << expected << " (0x" << std::hex << std::bit_cast<std::uint32_t>(expected)
+       << std::dec << "); max |difference| " << max_abs;
+    return os.str();
+  }
+};
+inline BitDiff bit_diff(const std::vector<float>& ours, const std::vector<float>& expected) {
+  BitDiff d;
+  d.total = static_cast<std::int64_t>(expected.size());
+  REQUIRE(ours.size() == expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    if (std::bit_cast<std::uint32_t>(ours[i]) == std::bit_cast<std::uint32_t>(expected[i])) continue;
+    if (d.first < 0) {
+      d.first = static_cast<std::int64_t>(i);
+      d.ours = ours[i];
+      d.expected = expected[i];
+    }
+    ++d.differing;
+    d.max_abs = std::max(d.max_abs, std::fabs(static_cast<double>(ours[i]) - expected[i]));
+  }
+  return d;
+}
+
+// Distance of two finite f32 values in units in the last place.
+inline std::int64_t ulps(float a, float b) {
+  auto ordered = [](float v) {
+    const auto i = static_cast<std::int64_t>(std::bit_cast<std::int32_t>(v));
+    return i < 0 ? std::int64_t{INT32_MIN} - i : i;
+  };
+  const std::int64_t d = ordered(a) - ordered(b);
+  return d < 0 ? -d : d;
+}
+
+// The one call whose logits are not bit-identical: tiny_fp8_ue8m0_yarn's call 6 (a decode step),
+// which keeps the 1e-3 acceptance tolerance. Why exactness is out of reach there: the reference's
+// gate scores are an f32 matmul (`x.float() @ W.float()^T`), whose summation order is torch's (a
+// rounding the numerics list cannot pin down: 22 of that call's 32 torch scores differ from the
+// correctly rounded dot products), so our gate weights may differ from the reference's by an ulp or
+// two (see the gate-weight check below). In call 6, layer 2, token 0, that ulp moves the MoE's f32 sum
+// of weighted expert outputs across a bf16 rounding boundary in 8 of its 256 values (each one bf16
+// ulp away; the layer's input, attention output, residual and every indexer pick are bit-identical,
+// measured against the oracle's trace of that call), which moves the logits by ~1e-4 of max |logit|.
+// Should that call become exact, the check says so: move it to the exact calls.
+bool logits_exact_today(const std::string& scenario, std::size_t call) {
+  return !(scenario == "tiny_fp8_ue8m0_yarn" && call == 6);
+}
+// The gate weights' bound, in f32 ulps, for the same reason (the f32 gate scores' summation order);
+// measured: at most 2 ulps, in 10 of the 472 prefill weights of the four scenarios.
+constexpr std::int64_t kGateWeightUlps = 4;
+
+// Every call of a scenario replayed again, asserting bit-identity where the tolerance replay above
+// only bounds the error: each call's logits (34 of the 35 calls of the four scenarios: all but the
+// one logits_exact_today() names), and for the prefill every intermediate the vectors hold (the
+// embedding, each layer's attention output, FFN output and residual). Every MoE layer's gate weights
+// (f32, the same experts in any order) within kGateWeightUlps.
+template <class Config, class Backend = dsv32::Cpu>
+void check_scenario_exact(const std::string& name) {
+  const std::filesystem::path dir = kGoldenDir + name;
+  const dsv32::ModelArgs args = dsv32::ModelArgs::from_file(dir / "config.json");
+  dsv32::Transformer<Config, Backend> model(args.runtime);
+  dsv32::load_checkpoint(model, dir / "model0-mp1.safetensors");
+  std::ifstream in(dir / "manifest.json");
+  const auto manifest = nlohmann::json::parse(in);
+  const auto expected = dsv32::SafetensorsFile::open(dir / "expected.safetensors");
+  using dsv32::testing::detail::read_f32;
+  using dsv32::testing::detail::read_i64;
+  std::size_t index = 0, exact_calls = 0;
+  for (const auto& call : manifest.at("calls")) {
+    const auto tokens = call.at("tokens").get<std::vector<std::vector<std::int32_t>>>();
+    dsv32::testing::detail::Recorder rec;
+    rec.prefill_details = index == 0;
+    const dsv32::Logits logits =
+        model.forward(tokens, call.at("start_pos").get<std::int64_t>(), dsv32::ForwardOptions{false, &rec});
+    const std::string step = "step" + std::to_string(index);
+    const BitDiff d = bit_diff(logits.values, read_f32(*expected, step + ".logits"));
+    if (logits_exact_today(name, index)) {
+      CHECK_MESSAGE(d.identical(), d.describe(name + " " + step + ".logits"));
+    } else {  // at the 1e-3 tolerance (check_scenario), for the reason above
+      MESSAGE(d.describe(name + " " + step + ".logits") << " (within the tolerance, see logits_exact_today)");
+      CHECK_MESSAGE(!d.identical(), name, " ", step, " is now bit-identical: drop it from logits_exact_today()");
+    }
+    exact_calls += d.identical();
+    if (index == 0) {
+      std::int64_t compared = 0;
+      for (const auto& [key, ours] : rec.activations) {
+        const BitDiff a = bit_diff(ours, read_f32(*expected, key));
+        CHECK_MESSAGE(a.identical(), a.describe(name + " " + key));
+        ++compared;
+      }
+      CHECK(compared == 1 + 3 * Config::n_layers);
+      for (const auto& [layer, ours_w] : rec.gate_weights) {
+        const std::string base = "prefill.layers." + std::to_string(layer);
+        const auto ref_e = read_i64(*expected, base + ".gate_indices");
+        const auto ref_w = read_f32(*expected, base + ".gate_weights");
+        const auto& ours_e = rec.gate_experts[layer];
+        REQUIRE(ours_e.size() == ref_e.size());
+        // the reference's weights reordered as ours (the same experts: checked by the replay above)
+        std::vector<float> want(ours_w.size(), std::nanf(""));
+        const std::size_t k = static_cast<std::size_t>(rec.gate_k);
+        for (std::size_t r = 0; r < ours_e.size() / k; ++r)
+          for (std::size_t j = 0; j < k; ++j)
+            for (std::size_t i = 0; i < k; ++i)
+              if (ref_e[r * k + i] == ours_e[r * k + j]) want[r * k + j] = ref_w[r * k + i];
+        std::int64_t worst = 0;
+        for (std::size_t i = 0; i < want.size(); ++i) worst = std::max(worst, ulps(ours_w[i], want[i]));
+        CHECK_MESSAGE(worst <= kGateWeightUlps, bit_diff(ours_w, want).describe(name + " " + base + ".gate_weights"),
+                      "; ", worst, " ulps apart");
+      }
+    }
+    ++index;
+  }
+  MESSAGE(name << " on " << std::string(Backend::name) << ": " << exact_calls << " of " << index
+               << " calls' logits bit-identical");
+}
+
 }  // namespace
+
+TEST_CASE("golden: the calls that are exact today are bit-identical to the reference") {
+  check_scenario_exact<dsv32::TinyBf16>("tiny_bf16");
+  check_scenario_exact<dsv32::TinyBf16RopeInterleaved>("tiny_bf16_rope_interleaved");
+  check_scenario_exact<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
+  check_scenario_exact<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
+}
+TEST_CASE("golden on HostInvisible: the calls that are exact today are bit-identical to the reference") {
+  using dsv32::testing::HostInvisible;
+  check_scenario_exact<dsv32::TinyBf16, HostInvisible>("tiny_bf16");
+  check_scenario_exact<dsv32::TinyBf16RopeInterleaved, HostInvisible>("tiny_bf16_rope_interleaved");
+  check_scenario_exact<dsv32::TinyFp8Ue8m0Yarn, HostInvisible>("tiny_fp8_ue8m0_yarn");
+  check_scenario_exact<dsv32::TinyFp8PlainScale, HostInvisible>("tiny_fp8_plain_scale");
+}
 
 TEST_CASE("golden: tiny_bf16") { check_scenario<dsv32::TinyBf16>("tiny_bf16"); }
 TEST_CASE("golden: tiny_bf16_rope_interleaved") {
