@@ -11,23 +11,24 @@
 #include <dsv32/testing/host_invisible.hpp>
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
-#include <iomanip>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "support/bit_diff.hpp"
 #include "support/test_support.hpp"
 
 namespace {
 
+using dsv32::test::bit_diff;
+using dsv32::test::BitDiff;
 using dsv32::test::kGoldenDir;
+using dsv32::test::ulps;
 
 template <class Config, class Backend = dsv32::Cpu>
 void check_scenario(const std::string& name) {
@@ -54,51 +55,6 @@ void check_scenario(const std::string& name) {
   CHECK_FALSE(prefill.worst_intermediate.empty());
   CHECK(report.passed());
   MESSAGE(name << " on " << std::string(Backend::name) << ": worst logits error " << report.max_logits_error());
-}
-
-// Where two float arrays first differ in their bits (-1: nowhere), how many differ, and the largest
-// |difference|: bit-identity asserted with a message that shows the first difference.
-struct BitDiff {
-  std::int64_t first = -1;
-  float ours = 0, expected = 0;
-  std::int64_t differing = 0, total = 0;
-  double max_abs = 0;
-  bool identical() const { return first < 0; }
-  std::string describe(const std::string& what) const {
-    if (identical()) return what + ": bit-identical (" + std::to_string(total) + " values)";
-    std::ostringstream os;
-    os << what << ": " << differing << " of " << total << " values differ in their bits, first at index " << first
-       << ": ours " << std::setprecision(9) << ours << " (0x" << std::hex << std::bit_cast<std::uint32_t>(ours)
-       << "), expected " << std::dec << expected << " (0x" << std::hex << std::bit_cast<std::uint32_t>(expected)
-       << std::dec << "); max |difference| " << max_abs;
-    return os.str();
-  }
-};
-inline BitDiff bit_diff(const std::vector<float>& ours, const std::vector<float>& expected) {
-  BitDiff d;
-  d.total = static_cast<std::int64_t>(expected.size());
-  REQUIRE(ours.size() == expected.size());
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    if (std::bit_cast<std::uint32_t>(ours[i]) == std::bit_cast<std::uint32_t>(expected[i])) continue;
-    if (d.first < 0) {
-      d.first = static_cast<std::int64_t>(i);
-      d.ours = ours[i];
-      d.expected = expected[i];
-    }
-    ++d.differing;
-    d.max_abs = std::max(d.max_abs, std::fabs(static_cast<double>(ours[i]) - expected[i]));
-  }
-  return d;
-}
-
-// Distance of two finite f32 values in units in the last place.
-inline std::int64_t ulps(float a, float b) {
-  auto ordered = [](float v) {
-    const auto i = static_cast<std::int64_t>(std::bit_cast<std::int32_t>(v));
-    return i < 0 ? std::int64_t{INT32_MIN} - i : i;
-  };
-  const std::int64_t d = ordered(a) - ordered(b);
-  return d < 0 ? -d : d;
 }
 
 // The one call whose logits are not bit-identical: tiny_fp8_ue8m0_yarn's call 6 (a decode step),
