@@ -278,7 +278,7 @@ void check_block(const std::string& scenario) {
 
 }  // namespace
 
-TEST_CASE("MLA with its indexer, each layer on the oracle's inputs: prefill, prefill at start_pos 4, decode — bit-identical") {
+TEST_CASE("MLA with its indexer, each layer on the oracle's inputs: prefill, prefill at start_pos 4, decode: bit-identical") {
   check_mla<dsv32::TinyBf16>("tiny_bf16");
   check_mla<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
 }
@@ -288,7 +288,7 @@ TEST_CASE("MoE, each MoE layer on the oracle's inputs: outputs bit-identical, th
   check_moe<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
 }
 
-TEST_CASE("Block, each layer on the oracle's inputs: prefill, prefill at start_pos 4, decode — outputs and residual bit-identical") {
+TEST_CASE("Block, each layer on the oracle's inputs: prefill, prefill at start_pos 4, decode: outputs and residual bit-identical") {
   check_block<dsv32::TinyBf16>("tiny_bf16");
   check_block<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
 }
