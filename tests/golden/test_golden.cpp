@@ -3,7 +3,9 @@
 // logits within 1e-3 of max |logit|, identical visible indexer picks, identical experts with gate
 // weights within 1e-3, prefill intermediates within 2e-2. On top of that, what is exact today is
 // asserted bit for bit (check_scenario_exact): 34 of the 35 calls' logits and every prefill
-// intermediate; the gate weights and one call stay at a tolerance, for the reason written there.
+// intermediate; the gate weights and one call stay at a tolerance, for the reason written there. The
+// absorbed prefills against the oracle: bit for bit in two of the three scenarios (why not the third:
+// written there).
 #include <doctest/doctest.h>
 
 #include <dsv32/dsv32.hpp>
@@ -173,7 +175,8 @@ TEST_CASE("golden: the FP8 scenarios in the fast accumulation mode, at the accep
 
 // Every prefill on the absorbed path (RuntimeOptions::absorbed_prefill_from = 0: the reference's decode
 // arithmetic). Expected: tests/data/absorbed, the prompt fed token by token through the independent
-// oracle's decode path (make_absorbed.py there), every position's logits. Reported: how far that is
+// oracle's decode path (make_absorbed.py there), every position's logits: bit-identical in tiny_bf16
+// and tiny_fp8_plain_scale, within 1e-3 in tiny_fp8_ue8m0_yarn (why: below). Reported: how far that is
 // from the reference's expanded prefill (the golden vectors), which the absorbed path is not meant to
 // reproduce (in FP8, decode multiplies by the dequantized wkv_b without quantizing its input).
 TEST_CASE("golden: prefills on the absorbed path equal the oracle's token-by-token decode") {
@@ -213,6 +216,18 @@ TEST_CASE("golden: prefills on the absorbed path equal the oracle's token-by-tok
                  << vs_golden / golden_mag);
     CHECK(worst <= 1e-3);
     CHECK(argmax_differs == 0);
+    // Bit-identical, except in tiny_fp8_ue8m0_yarn, which keeps the tolerance above: there, at position
+    // 8 of sequence 0, every layer's output (attention, FFN, residual) is bit-identical to the oracle's
+    // decode, but the final RMSNorm's f32 mean of squares over 256 values is a reduction torch sums in
+    // its own order (1 ulp below the correctly rounded mean there), which flips one bf16 value of the
+    // normalized state: 503 of that row's 512 logits move, by at most 1.9e-4 (5.6e-5 of max |logit|).
+    const BitDiff exact = bit_diff(ours.values, oracle);
+    if (name != "tiny_fp8_ue8m0_yarn") {
+      CHECK_MESSAGE(exact.identical(), exact.describe(name + " absorbed prefill logits"));
+    } else {
+      MESSAGE(exact.describe(name + " absorbed prefill logits") << " (within the tolerance: see above)");
+      CHECK_MESSAGE(!exact.identical(), name, " is now bit-identical: assert it");
+    }
   };
   check.operator()<dsv32::TinyBf16>("tiny_bf16");
   check.operator()<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
