@@ -61,19 +61,22 @@ void check_scenario(const std::string& name) {
 
 // The one call whose logits are not bit-identical: tiny_fp8_ue8m0_yarn's call 6 (a decode step),
 // which keeps the 1e-3 acceptance tolerance. Why exactness is out of reach there: the reference's
-// gate scores are an f32 matmul (`x.float() @ W.float()^T`), whose summation order is torch's (a
-// rounding the numerics list cannot pin down: 22 of that call's 32 torch scores differ from the
-// correctly rounded dot products), so our gate weights may differ from the reference's by an ulp or
-// two (see the gate-weight check below). In call 6, layer 2, token 0, that ulp moves the MoE's f32 sum
-// of weighted expert outputs across a bf16 rounding boundary in 8 of its 256 values (each one bf16
-// ulp away; the layer's input, attention output, residual and every indexer pick are bit-identical,
-// measured against the oracle's trace of that call), which moves the logits by ~1e-4 of max |logit|.
-// Should that call become exact, the check says so: move it to the exact calls.
+// RMSNorm takes the mean of squares in f32 as a torch reduction (`x.pow(2).mean(-1)`), summed in
+// torch's order, which the numerics list cannot pin down. In that call, layer 2, token 0, its mean
+// over the 256 values is 1 ulp below the correctly rounded one, and one bf16 value of ffn_norm's
+// output (the MoE's input) comes out the other way; the MoE's output then differs in 8 of its 256
+// values, by one bf16 ulp each, which moves the logits by ~1e-4 of max |logit|. Measured against the
+// oracle's trace of that call: the layer's attention output, residual and every indexer pick are
+// bit-identical, and the oracle's MoE run on ffn_norm's output with the correctly rounded mean gives
+// our MoE output bit for bit. Should that call become exact, the check says so: move it to the exact
+// calls.
 bool logits_exact_today(const std::string& scenario, std::size_t call) {
   return !(scenario == "tiny_fp8_ue8m0_yarn" && call == 6);
 }
-// The gate weights' bound, in f32 ulps, for the same reason (the f32 gate scores' summation order);
-// measured: at most 2 ulps, in 10 of the 472 prefill weights of the four scenarios.
+// The gate weights' bound, in f32 ulps: the reference's gate scores are an f32 matmul
+// (`x.float() @ W.float()^T`) summed in torch's order (in that call, 22 of the 32 scores differ from
+// the correctly rounded dot products, which moves the normalized weights by an ulp); measured: at
+// most 2 ulps, in 10 of the 472 prefill weights of the four scenarios, with every prefill output exact.
 constexpr std::int64_t kGateWeightUlps = 4;
 
 // Every call of a scenario replayed again, asserting bit-identity where the tolerance replay above
