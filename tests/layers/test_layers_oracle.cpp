@@ -12,6 +12,7 @@
 #include <dsv32/dsv32.hpp>
 #include <dsv32/testing/golden.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <filesystem>
 #include <map>
