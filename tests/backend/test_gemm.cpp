@@ -42,6 +42,24 @@ using dsv32::ScaleFmt;
 using WeightView = dsv32::WeightView<>;
 namespace cpu = dsv32::cpu;
 
+// ---------------------------------------------------------------- host-gated kernels
+// Kernels that only some CPUs run are tested by their own cases, named with the feature in brackets
+// ("[AVX-512 VBMI]", "[AMX-INT8]"). On a host without the feature such a case prints "SKIPPED: ..."
+// and checks nothing; its ctest entry (dsv32_unit_kernels_vbmi, dsv32_unit_kernels_amx in
+// tests/CMakeLists.txt) then reports it skipped instead of passed. Where the host has the feature,
+// the case requires the kernels in the table.
+bool host_has_vbmi() { return cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi(); }
+// Whether the table of `isa` takes its VBMI kernels (the AVX-512 levels on a host with VBMI).
+bool vbmi_level(cpu::Isa isa) { return isa >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi(); }
+bool host_has_amx() {
+  return cpu::detected_isa() >= cpu::Isa::avx512_bf16 && cpu::cpu_has_avx512_vbmi() && cpu::cpu_has_amx_int8();
+}
+#define DSV32_SKIP_UNLESS(host_has, why) \
+  if (!(host_has)) {                      \
+    MESSAGE("SKIPPED: " why);             \
+    return;                               \
+  }
+
 // ---------------------------------------------------------------- independent references
 
 
@@ -497,7 +515,11 @@ TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast
   }
 }
 
-TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows(_f32), every ISA: f32 outputs bit-identical to the row / panel order's definition") {
+namespace {
+// The row order's decode kernel (e4m3_pair_rows) at every ISA and the panel order's (e4m3_panel_rows
+// and _f32) where the table has them, except the AVX-512 VBMI kernels (`vbmi` false); or only those
+// (`vbmi` true). The same data either way.
+void check_pair_and_panel_rows(bool vbmi) {
   // The decode kernels' own f32 outputs (cpu::linear rounds them to bf16, which hides most changes
   // of summation order): codes over the whole range and both signs, so that each block's sum cancels
   // and its rounding depends on the order; blocks given in two calls (kb0 / kb1), added to what out
@@ -565,11 +587,13 @@ TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows(_f32), every ISA: f32 outpu
           CAPTURE(rows);
           const cpu::simd::GemmOps& ops = cpu::gemm_ops();
           std::vector<float> out = start;
-          for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
-            ops.e4m3_pair_rows(M, rows, kb0, kb1, xp.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(),
-                               rows);
-          CHECK(differ(out, expected_rows) == 0);
-          if (M > 8) continue;
+          if (!vbmi) {
+            for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
+              ops.e4m3_pair_rows(M, rows, kb0, kb1, xp.data(), K / 2, xs.data(), KB, wq.data(), K, ws.data(), out.data(),
+                                 rows);
+            CHECK(differ(out, expected_rows) == 0);
+          }
+          if (M > 8 || vbmi != vbmi_level(isa)) continue;
           if (ops.e4m3_panel_rows) {
             ++panel_kernels;
             out = start;
@@ -589,11 +613,25 @@ TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows(_f32), every ISA: f32 outpu
         }
       }
   }
-  if (cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi()) CHECK(panel_kernels > 0);
-  else MESSAGE("no ISA here has GemmOps::e4m3_panel_rows (AVX-512 VBMI): only the row order's kernels tested");
+  if (vbmi) CHECK(panel_kernels > 0);
+}
+}  // namespace
+
+TEST_CASE("GemmOps::e4m3_pair_rows / e4m3_panel_rows(_f32), every ISA: f32 outputs bit-identical to the row / panel order's definition") {
+  check_pair_and_panel_rows(false);
 }
 
-TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64 / e4m3_tiles_rows, every ISA: f32 outputs bit-identical to the exact block dots") {
+TEST_CASE("GemmOps::e4m3_panel_rows(_f32) [AVX-512 VBMI]: f32 outputs bit-identical to the panel order's definition") {
+  DSV32_SKIP_UNLESS(host_has_vbmi(), "this CPU has no AVX-512 VBMI: its GemmOps::e4m3_panel_rows(_f32) not tested here");
+  check_pair_and_panel_rows(true);
+}
+
+namespace {
+enum class ExactRows { general, vbmi, amx };
+// The exact decode kernels, on the same data whichever part: e4m3_rows at every ISA and
+// e4m3_panel_rows_f64 where a table without the VBMI kernels has it (general); e4m3_panel_rows_f64 of
+// the AVX-512 VBMI tables (vbmi); e4m3_tiles_rows, AMX-INT8 (amx).
+void check_exact_rows(ExactRows which) {
   // The exact decode kernels' own f32 outputs against their definition: per block the exact dot
   // (a double sum of exact products, any order) rounded to f32, times the f32 product of the scales,
   // added to what out holds; blocks in two calls. Every code (subnormal ones, +-0, 0x7F / 0xFF as
@@ -640,16 +678,21 @@ TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64 / e4m3_tiles_rows, every ISA
           CAPTURE(rows);
           const cpu::simd::GemmOps& ops = cpu::gemm_ops();
           std::vector<float> out = start;
-          for (const auto& [kb0, kb1] : {std::pair{0, 2}, std::pair{2, KB}})
-            ops.e4m3_rows(M, rows, kb0, kb1, xd.data(), K, xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
-          CHECK(same_bits(out, expected));
-          if (!ops.e4m3_panel_rows_f64) continue;
-          ++panel_kernels;
-          out = start;
-          for (const auto& [kb0, kb1] : {std::pair{0, 2}, std::pair{2, KB}})
-            ops.e4m3_panel_rows_f64(M, rows, kb0, kb1, xv.data(), xs.data(), KB, wq.data(), K, ws.data(), out.data(),
-                                    rows);
-          CHECK(same_bits(out, expected));
+          if (which == ExactRows::general) {
+            for (const auto& [kb0, kb1] : {std::pair{0, 2}, std::pair{2, KB}})
+              ops.e4m3_rows(M, rows, kb0, kb1, xd.data(), K, xs.data(), KB, wq.data(), K, ws.data(), out.data(), rows);
+            CHECK(same_bits(out, expected));
+          }
+          if (which != ExactRows::amx) {
+            if (!ops.e4m3_panel_rows_f64 || (which == ExactRows::vbmi) != vbmi_level(isa)) continue;
+            out = start;
+            ++panel_kernels;
+            for (const auto& [kb0, kb1] : {std::pair{0, 2}, std::pair{2, KB}})
+              ops.e4m3_panel_rows_f64(M, rows, kb0, kb1, xv.data(), xs.data(), KB, wq.data(), K, ws.data(), out.data(),
+                                      rows);
+            CHECK(same_bits(out, expected));
+            continue;
+          }
           if (!ops.e4m3_tiles_rows) continue;
           ++tile_kernels;
           std::vector<std::int8_t> xt(static_cast<std::size_t>(cpu::simd::e4m3_plane_tile_bytes(M, K)));
@@ -660,14 +703,27 @@ TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64 / e4m3_tiles_rows, every ISA
           CHECK(same_bits(out, expected));
         }
       }
-  if (cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi()) CHECK(panel_kernels > 0);
-  else MESSAGE("no ISA here has GemmOps::e4m3_panel_rows_f64 (AVX-512 VBMI): only e4m3_rows tested");
-  if (cpu::detected_isa() >= cpu::Isa::avx512_bf16 && cpu::cpu_has_avx512_vbmi() && cpu::cpu_has_amx_int8())
-    CHECK(tile_kernels > 0);
-  else MESSAGE("this CPU (or OS) has no AMX-INT8 for this process: GemmOps::e4m3_tiles_rows not tested here");
+  if (which == ExactRows::vbmi) CHECK(panel_kernels > 0);
+  if (which == ExactRows::amx) CHECK(tile_kernels > 0);
+}
+}  // namespace
+
+TEST_CASE("GemmOps::e4m3_rows / e4m3_panel_rows_f64, every ISA: f32 outputs bit-identical to the exact block dots") {
+  check_exact_rows(ExactRows::general);
 }
 
-TEST_CASE("GemmOps::e4m3_tiles_gemm, where the table has it: f32 outputs bit-identical to the exact block dots") {
+TEST_CASE("GemmOps::e4m3_panel_rows_f64 [AVX-512 VBMI]: f32 outputs bit-identical to the exact block dots") {
+  DSV32_SKIP_UNLESS(host_has_vbmi(), "this CPU has no AVX-512 VBMI: its GemmOps::e4m3_panel_rows_f64 not tested here");
+  check_exact_rows(ExactRows::vbmi);
+}
+
+TEST_CASE("GemmOps::e4m3_tiles_rows [AMX-INT8]: f32 outputs bit-identical to the exact block dots") {
+  DSV32_SKIP_UNLESS(host_has_amx(), "this CPU (or OS) has no AMX-INT8 for this process: GemmOps::e4m3_tiles_rows not tested here");
+  check_exact_rows(ExactRows::amx);
+}
+
+TEST_CASE("GemmOps::e4m3_tiles_gemm [AMX-INT8]: f32 outputs bit-identical to the exact block dots") {
+  DSV32_SKIP_UNLESS(host_has_amx(), "this CPU (or OS) has no AMX-INT8 for this process: GemmOps::e4m3_tiles_gemm not tested here");
   // The AMX prefill kernel against the definition: per block the exact dot rounded to f32, times the
   // f32 product of the scales, added to what c holds (a random start), blocks in increasing order.
   // x's tiles are made for 8 more rows than the call takes (it starts at row group 2); weight rows
@@ -717,9 +773,7 @@ TEST_CASE("GemmOps::e4m3_tiles_gemm, where the table has it: f32 outputs bit-ide
         ++calls;
       }
   }
-  if (cpu::detected_isa() >= cpu::Isa::avx512_bf16 && cpu::cpu_has_avx512_vbmi() && cpu::cpu_has_amx_int8())
-    CHECK(calls > 0);
-  else MESSAGE("this CPU (or OS) has no AMX-INT8 for this process: GemmOps::e4m3_tiles_gemm not tested here");
+  CHECK(calls > 0);
 }
 
 TEST_CASE("simd::e4m3_plane: every code's magnitude as digit * 16^plane * 2^-9, digits within int8") {
@@ -736,7 +790,9 @@ TEST_CASE("simd::e4m3_plane: every code's magnitude as digit * 16^plane * 2^-9, 
   }
 }
 
-TEST_CASE("GemmOps::e4m3_plane_tiles, where the table has it: the documented tile layout") {
+TEST_CASE("GemmOps::e4m3_plane_tiles [AMX-INT8]: the documented tile layout") {
+  DSV32_SKIP_UNLESS(host_has_amx(), "this CPU (or OS) has no AMX-INT8 for this process: GemmOps::e4m3_plane_tiles not tested here");
+  int tables = 0;
   // Expected bytes written from the layout of simd::e4m3_plane_tile_bytes' comment: per 64-column
   // chunk c and group g of 4 rows a 16 x 64-byte tile, byte [i][4 (4 p + t) + j] the signed digit of
   // x[4 g + t][64 c + 4 i + j] in plane p, 0 in the other planes and for rows past M.
@@ -745,6 +801,7 @@ TEST_CASE("GemmOps::e4m3_plane_tiles, where the table has it: the documented til
     IsaScope scope(isa);
     const cpu::simd::GemmOps& ops = cpu::gemm_ops();
     if (!ops.e4m3_plane_tiles) continue;
+    ++tables;
     for (const int M : {1, 3, 4, 5, 8}) {
       CAPTURE(M);
       const std::int64_t K = 256;
@@ -765,6 +822,7 @@ TEST_CASE("GemmOps::e4m3_plane_tiles, where the table has it: the documented til
       CHECK(got == expected);
     }
   }
+  CHECK(tables > 0);
 }
 
 #if defined(__SSE__)
