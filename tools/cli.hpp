@@ -1,0 +1,216 @@
+// What the command-line tools (and dsv32-demo, dsv32-bench) share about their arguments, on CLI11
+// (Debian's libcli11-dev; the CMake target dsv32_cli): the --help layout, the value checks and the
+// handling of bad arguments.
+//
+//   --help:  the usage line(s), the tool's description, its options group by group (each option's
+//            value name and description as the tool gives them), then the footer; exit status 0.
+//   errors:  "TOOL: MESSAGE" and "(run TOOL --help for usage)" on standard error, exit status 2.
+//            A value that fails its check names the option, what it expects and what it got:
+//            "--port: expects an integer in [0, 65535], got '70000'"; an unknown argument is
+//            "unknown argument '--bogus'", an option at the end without its value "--seed: needs a value".
+//
+// An option given twice keeps its last value (as the hand-written parsers did).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
+#include <cstdlib>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <regex>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+namespace dsv32::tools {
+
+/// The --help layout: the tool's usage line(s) first, then its description, options by group, footer.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  explicit HelpFormatter(std::string usage) : usage_(std::move(usage)) {}
+
+  std::string make_usage(const CLI::App*, std::string) const override { return usage_ + "\n"; }
+
+  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
+    std::string names;  // "-h,--help" -> "-h, --help"
+    for (const char c : CLI::Formatter::make_option_name(opt, is_positional)) {
+      names += c;
+      if (c == ',') names += ' ';
+    }
+    return names;
+  }
+
+  std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
+    std::string out = make_usage(app, std::move(name));
+    if (!app->get_description().empty()) out += "\n" + app->get_description() + "\n";
+    out += make_groups(app, mode);
+    if (!app->get_footer().empty()) out += "\n" + app->get_footer() + "\n";
+    return out;
+  }
+
+ private:
+  std::string usage_;
+};
+
+/// Sets up `app` for a tool: the help layout (`usage`: the first lines of --help; option names in a
+/// column of `column_width` characters), options in the group "options" unless placed in another,
+/// the last value of an option given twice. The help flag comes last: add_help().
+inline void setup(CLI::App& app, std::string usage, std::size_t column_width) {
+  auto formatter = std::make_shared<HelpFormatter>(std::move(usage));
+  formatter->column_width(column_width);
+  app.formatter(formatter);
+  app.set_help_flag();  // removed here, added last by add_help() (help lists it after the options)
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group("options");
+}
+
+/// -h, --help (in the group of the options added last, unless `group` names one).
+inline CLI::Option* add_help(CLI::App& app, const std::string& description = "print this help",
+                             const std::string& group = "") {
+  CLI::Option* help = app.set_help_flag("-h,--help", description);
+  if (!group.empty()) help->group(group);
+  return help;
+}
+
+// ------------------------------------------------------------------ value checks
+
+/// A check of an option's text: `ok(text)` or the message "expects EXPECTED, got 'TEXT'".
+inline CLI::Validator expects(std::string expected, std::function<bool(const std::string&)> ok) {
+  return CLI::Validator(
+      [expected = std::move(expected), ok = std::move(ok)](std::string& text) -> std::string {
+        return ok(text) ? std::string() : "expects " + expected + ", got '" + text + "'";
+      },
+      "");
+}
+
+/// `text` as a whole is a decimal integer (an optional '-', then digits) within [lo, hi].
+inline bool parse_integer(std::string_view text, std::int64_t lo, std::int64_t hi, std::int64_t& value) {
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  return !text.empty() && ec == std::errc() && ptr == end && value >= lo && value <= hi;
+}
+
+/// An integer in [lo, hi].
+inline CLI::Validator integer(std::int64_t lo, std::int64_t hi) {
+  return expects("an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]",
+                 [lo, hi](const std::string& text) {
+                   std::int64_t v = 0;
+                   return parse_integer(text, lo, hi, v);
+                 });
+}
+
+/// A non-negative 64-bit integer (digits only).
+inline CLI::Validator unsigned64() {
+  return expects("a non-negative 64-bit integer", [](const std::string& text) {
+    std::uint64_t v = 0;
+    const char* end = text.data() + text.size();
+    const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    return !text.empty() && ec == std::errc() && ptr == end;
+  });
+}
+
+/// A number (what std::strtod reads, as a whole: 0.6, 1e-3, ...).
+inline CLI::Validator number() {
+  return expects("a number", [](const std::string& text) {
+    if (text.empty()) return false;
+    char* end = nullptr;
+    errno = 0;
+    (void)std::strtod(text.c_str(), &end);
+    return end == text.c_str() + text.size() && errno != ERANGE;
+  });
+}
+
+/// One of `choices`; the message lists them ("a, b or c").
+inline CLI::Validator one_of(std::vector<std::string> choices) {
+  std::string list;
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    list += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i];
+  }
+  return expects(list, [choices = std::move(choices)](const std::string& text) {
+    for (const std::string& c : choices) {
+      if (c == text) return true;
+    }
+    return false;
+  });
+}
+
+/// Not the empty string.
+inline CLI::Validator non_empty() {
+  return CLI::Validator([](std::string& text) { return text.empty() ? std::string("must not be empty") : std::string(); },
+                        "");
+}
+
+/// A byte count, `text` as a whole: a positive integer with an optional K, M, G or T suffix (either
+/// case; powers of 1024), at most `max_bytes`. Returns 0 when `text` is not one.
+inline std::uint64_t parse_bytes(std::string_view text, std::uint64_t max_bytes) {
+  std::uint64_t scale = 1;
+  if (!text.empty()) {
+    const std::string_view units = "KMGT";
+    if (const auto u = units.find(static_cast<char>(text.back() & ~0x20)); u != std::string_view::npos) {
+      scale = std::uint64_t{1} << (10 * (u + 1));
+      text.remove_suffix(1);
+    }
+  }
+  std::int64_t n = 0;
+  if (!parse_integer(text, 1, INT64_MAX, n) || static_cast<std::uint64_t>(n) > max_bytes / scale) return 0;
+  return static_cast<std::uint64_t>(n) * scale;
+}
+
+/// A byte count (parse_bytes: "4G", "512M", "1048576"), at most `max_bytes` (`max_text`, e.g.
+/// "2^60", names it in the message); the option's value becomes the number of bytes.
+inline CLI::Validator bytes(std::uint64_t max_bytes, const std::string& max_text) {
+  return CLI::Validator(
+      [max_bytes, max_text](std::string& text) -> std::string {
+        const std::uint64_t n = parse_bytes(text, max_bytes);
+        if (n == 0) {
+          return "expects a byte count of at most " + max_text +
+                 " (a positive integer with an optional K, M, G or T suffix, powers of 1024), got '" + text + "'";
+        }
+        text = std::to_string(n);
+        return {};
+      },
+      "");
+}
+
+// ------------------------------------------------------------------ parsing and errors
+
+/// Prints "TOOL: MESSAGE" and the pointer to --help to standard error (when `report`: under MPI only
+/// rank 0 does) and exits with status 2.
+[[noreturn]] inline void usage_error(std::string_view tool, std::string_view message, bool report = true) {
+  if (report) std::cerr << tool << ": " << message << "\n(run " << tool << " --help for usage)\n";
+  std::exit(2);
+}
+
+/// The message of a parse error, in the tools' words where CLI11's differ.
+/// An unknown argument is reported first (CLI11 checks required options before it looks for them).
+inline std::string error_message(const CLI::App& app, const CLI::ParseError& e) {
+  if (const std::vector<std::string> extras = app.remaining(); !extras.empty()) {
+    return "unknown argument '" + extras.front() + "'";
+  }
+  if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
+    static const std::regex missing("(\\S+): [0-9]+ required .* missing");
+    const std::string what = e.what();
+    if (std::smatch m; std::regex_match(what, m, missing)) return m.str(1) + ": needs a value";
+  }
+  return e.what();
+}
+
+/// Parses the command line into `app`'s options. --help prints the help and exits with status 0; a
+/// bad argument exits with status 2 after usage_error() (the message printed when `report`).
+inline void parse(CLI::App& app, int argc, const char* const* argv, bool report = true) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    std::exit(0);
+  } catch (const CLI::ParseError& e) {
+    usage_error(app.get_name(), error_message(app, e), report);
+  }
+}
+
+}  // namespace dsv32::tools
