@@ -37,6 +37,21 @@ class HelpFormatter : public CLI::Formatter {
 
   std::string make_usage(const CLI::App*, std::string) const override { return usage_ + "\n"; }
 
+  // "  NAME VALUE  description" with the description's lines in a column; a name too long for the
+  // column keeps the description's first line beside it, two spaces after.
+  std::string make_option(const CLI::Option* opt, bool is_positional) const override {
+    const std::string name = "  " + make_option_name(opt, is_positional) + make_option_opts(opt);
+    const std::string description = make_option_desc(opt);
+    const std::size_t width = get_column_width();
+    std::string out = name;
+    if (!description.empty()) out += name.size() + 2 <= width ? std::string(width - name.size(), ' ') : "  ";
+    for (const char c : description) {
+      out += c;
+      if (c == '\n') out += std::string(width, ' ');
+    }
+    return out + "\n";
+  }
+
   std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
     std::string names;  // "-h,--help" -> "-h, --help"
     for (const char c : CLI::Formatter::make_option_name(opt, is_positional)) {
@@ -49,7 +64,11 @@ class HelpFormatter : public CLI::Formatter {
   std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
     std::string out = make_usage(app, std::move(name));
     if (!app->get_description().empty()) out += "\n" + app->get_description() + "\n";
-    out += make_groups(app, mode);
+    std::string groups = make_groups(app, mode);  // (CLI11 puts two blank lines between groups: one is kept)
+    for (std::size_t at = groups.find("\n\n\n"); at != std::string::npos; at = groups.find("\n\n\n", at)) {
+      groups.erase(at, 1);
+    }
+    out += groups;
     if (!app->get_footer().empty()) out += "\n" + app->get_footer() + "\n";
     return out;
   }
@@ -138,6 +157,9 @@ inline CLI::Validator one_of(std::vector<std::string> choices) {
     return false;
   });
 }
+
+/// --chat-format: the names dsv32::chat_format_from_name() knows.
+inline CLI::Validator chat_format() { return one_of({"deepseek-v3.2", "deepseek-v3.2-exp", "deepseek-v3"}); }
 
 /// Not the empty string.
 inline CLI::Validator non_empty() {

@@ -398,7 +398,7 @@ Both done.
   file(COPY "${tokenizer}/tokenizer.json" "${tokenizer}/tokenizer_config.json" DESTINATION "${WORK_DIR}/v3_2")
   run(RC 0 ARGS --prompt "Weather in Paris?" --tokenizer "${WORK_DIR}/v3_2" --thinking --replay-ids "${WORK_DIR}/replies.txt"
       --quiet STDOUT "^<think>I should call the weather tool first.</think>\nLet me check.\n{\"function\":")
-  run(RC 2 ARGS --chat --chat-format deepseek-v4 STDERR "--chat-format: unknown format 'deepseek-v4'")
+  run(RC 2 ARGS --chat --chat-format deepseek-v4 STDERR "--chat-format: expects deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3, got 'deepseek-v4'")
 
 elseif(CASE STREQUAL "text_prompt")
   # --prompt renders the chat template; --raw encodes the text alone (with bos). Each prints exactly
