@@ -21,6 +21,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <string>
 #include <string_view>
@@ -79,13 +80,13 @@ class HelpFormatter : public CLI::Formatter {
 
 /// Sets up `app` for a tool: the help layout (`usage`: the first lines of --help; option names in a
 /// column of `column_width` characters), options in the group "options" unless placed in another,
-/// the last value of an option given twice. The help flag comes last: add_help().
+/// the last value of an option given twice, no value for a flag ("--quiet=1" is an error). The help flag comes last: add_help().
 inline void setup(CLI::App& app, std::string usage, std::size_t column_width) {
   auto formatter = std::make_shared<HelpFormatter>(std::move(usage));
   formatter->column_width(column_width);
   app.formatter(formatter);
   app.set_help_flag();  // removed here, added last by add_help() (help lists it after the options)
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->group("options");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->disable_flag_override()->group("options");
 }
 
 /// -h, --help (in the group of the options added last, unless `group` names one).
@@ -168,8 +169,8 @@ inline CLI::Validator non_empty() {
 }
 
 /// A byte count, `text` as a whole: a positive integer with an optional K, M, G or T suffix (either
-/// case; powers of 1024), at most `max_bytes`. Returns 0 when `text` is not one.
-inline std::uint64_t parse_bytes(std::string_view text, std::uint64_t max_bytes) {
+/// case; powers of 1024). nullopt when `text` is not one; UINT64_MAX when it is more than that.
+inline std::optional<std::uint64_t> parse_bytes(std::string_view text) {
   std::uint64_t scale = 1;
   if (!text.empty()) {
     const std::string_view units = "KMGT";
@@ -178,22 +179,28 @@ inline std::uint64_t parse_bytes(std::string_view text, std::uint64_t max_bytes)
       text.remove_suffix(1);
     }
   }
-  std::int64_t n = 0;
-  if (!parse_integer(text, 1, INT64_MAX, n) || static_cast<std::uint64_t>(n) > max_bytes / scale) return 0;
-  return static_cast<std::uint64_t>(n) * scale;
+  std::uint64_t n = 0;
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, n);
+  if (text.empty() || ptr != end || (ec != std::errc() && ec != std::errc::result_out_of_range)) return std::nullopt;
+  if (ec == std::errc::result_out_of_range || n > UINT64_MAX / scale) return UINT64_MAX;
+  if (n == 0) return std::nullopt;
+  return n * scale;
 }
 
-/// A byte count (parse_bytes: "4G", "512M", "1048576"), at most `max_bytes` (`max_text`, e.g.
-/// "2^60", names it in the message); the option's value becomes the number of bytes.
+/// A byte count (parse_bytes(): "4G", "512M", "1048576") of at most `max_bytes` (`max_text`, e.g.
+/// "2^60", names it in the message); the option's value becomes the number of bytes (a transform:
+/// option->transform(bytes(...)); option->check() would keep the text).
 inline CLI::Validator bytes(std::uint64_t max_bytes, const std::string& max_text) {
   return CLI::Validator(
       [max_bytes, max_text](std::string& text) -> std::string {
-        const std::uint64_t n = parse_bytes(text, max_bytes);
-        if (n == 0) {
-          return "expects a byte count of at most " + max_text +
-                 " (a positive integer with an optional K, M, G or T suffix, powers of 1024), got '" + text + "'";
+        const std::optional<std::uint64_t> n = parse_bytes(text);
+        if (!n) {
+          return "expects a byte count (a positive integer with an optional K, M, G or T suffix, powers of 1024), "
+                 "got '" + text + "'";
         }
-        text = std::to_string(n);
+        if (*n > max_bytes) return "expects at most " + max_text + " bytes, got '" + text + "'";
+        text = std::to_string(*n);
         return {};
       },
       "");
@@ -216,8 +223,12 @@ inline std::string error_message(const CLI::App& app, const CLI::ParseError& e) 
   }
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
     static const std::regex missing("(\\S+): [0-9]+ required .* missing");
+    static const std::regex flag_value("(\\S+) was given a disallowed flag override");
     const std::string what = e.what();
     if (std::smatch m; std::regex_match(what, m, missing)) return m.str(1) + ": needs a value";
+    if (std::smatch m; std::regex_match(what, m, flag_value)) {  // (CLI11 names a flag without its dashes)
+      return (m.str(1).starts_with("-") ? "" : "--") + m.str(1) + ": takes no value";
+    }
   }
   return e.what();
 }
