@@ -31,7 +31,8 @@
 
 namespace dsv32::tools {
 
-/// The --help layout: the tool's usage line(s) first, then its description, options by group, footer.
+/// The --help layout: the tool's usage line(s) first, then its description, positional arguments,
+/// options by group, footer.
 class HelpFormatter : public CLI::Formatter {
  public:
   explicit HelpFormatter(std::string usage) : usage_(std::move(usage)) {}
@@ -65,7 +66,8 @@ class HelpFormatter : public CLI::Formatter {
   std::string make_help(const CLI::App* app, std::string name, CLI::AppFormatMode mode) const override {
     std::string out = make_usage(app, std::move(name));
     if (!app->get_description().empty()) out += "\n" + app->get_description() + "\n";
-    std::string groups = make_groups(app, mode);  // (CLI11 puts two blank lines between groups: one is kept)
+    // (CLI11 puts two blank lines between groups: one is kept)
+    std::string groups = make_positionals(app) + make_groups(app, mode);
     for (std::size_t at = groups.find("\n\n\n"); at != std::string::npos; at = groups.find("\n\n\n", at)) {
       groups.erase(at, 1);
     }
@@ -84,6 +86,7 @@ class HelpFormatter : public CLI::Formatter {
 inline void setup(CLI::App& app, std::string usage, std::size_t column_width) {
   auto formatter = std::make_shared<HelpFormatter>(std::move(usage));
   formatter->column_width(column_width);
+  formatter->label("Positionals", "arguments");
   app.formatter(formatter);
   app.set_help_flag();  // removed here, added last by add_help() (help lists it after the options)
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->disable_flag_override()->group("options");
@@ -222,10 +225,12 @@ inline std::string error_message(const CLI::App& app, const CLI::ParseError& e) 
     return "unknown argument '" + extras.front() + "'";
   }
   if (dynamic_cast<const CLI::ArgumentMismatch*>(&e) != nullptr) {
-    static const std::regex missing("(\\S+): [0-9]+ required .* missing");
+    static const std::regex missing("(\\S*): [0-9]+ required .* missing");  // (no name: a hidden option)
     static const std::regex flag_value("(\\S+) was given a disallowed flag override");
     const std::string what = e.what();
-    if (std::smatch m; std::regex_match(what, m, missing)) return m.str(1) + ": needs a value";
+    if (std::smatch m; std::regex_match(what, m, missing)) {
+      return m.length(1) > 0 ? m.str(1) + ": needs a value" : std::string("an option needs a value");
+    }
     if (std::smatch m; std::regex_match(what, m, flag_value)) {  // (CLI11 names a flag without its dashes)
       return (m.str(1).starts_with("-") ? "" : "--") + m.str(1) + ": takes no value";
     }
