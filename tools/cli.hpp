@@ -7,7 +7,8 @@
 //   errors:  "TOOL: MESSAGE" and "(run TOOL --help for usage)" on standard error, exit status 2.
 //            A value that fails its check names the option, what it expects and what it got:
 //            "--port: expects an integer in [0, 65535], got '70000'"; an unknown argument is
-//            "unknown argument '--bogus'", an option at the end without its value "--seed: needs a value".
+//            "unknown argument '--bogus'", an option at the end without its value "--seed: needs a
+//            value", a flag given a value "--quiet: takes no value".
 //
 // An option given twice keeps its last value (as the hand-written parsers did).
 #pragma once
@@ -82,14 +83,18 @@ class HelpFormatter : public CLI::Formatter {
 
 /// Sets up `app` for a tool: the help layout (`usage`: the first lines of --help; option names in a
 /// column of `column_width` characters), options in the group "options" unless placed in another,
-/// the last value of an option given twice, no value for a flag ("--quiet=1" is an error). The help flag comes last: add_help().
+/// the last value of an option given twice, no value for a flag ("--quiet=1" is an error). The help
+/// flag comes last: add_help().
 inline void setup(CLI::App& app, std::string usage, std::size_t column_width) {
   auto formatter = std::make_shared<HelpFormatter>(std::move(usage));
   formatter->column_width(column_width);
   formatter->label("Positionals", "arguments");
   app.formatter(formatter);
   app.set_help_flag();  // removed here, added last by add_help() (help lists it after the options)
-  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)->disable_flag_override()->group("options");
+  app.option_defaults()
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast)
+      ->disable_flag_override()
+      ->group("options");
 }
 
 /// -h, --help (in the group of the options added last, unless `group` names one).
@@ -98,6 +103,15 @@ inline CLI::Option* add_help(CLI::App& app, const std::string& description = "pr
   CLI::Option* help = app.set_help_flag("-h,--help", description);
   if (!group.empty()) help->group(group);
   return help;
+}
+
+/// An option that sets the std::optional `target` when it is given, its value named `value_name` in
+/// --help.
+template <class T>
+CLI::Option* add_optional(CLI::App& app, const std::string& name, std::optional<T>& target,
+                          const std::string& value_name, const std::string& description) {
+  return app.add_option_function<T>(name, [&target](const T& value) { target = value; }, description)
+      ->option_text(value_name);
 }
 
 // ------------------------------------------------------------------ value checks

@@ -66,10 +66,8 @@ Arguments parse_arguments(int argc, char** argv) {
       ->option_text("N")
       ->check(positive)
       ->required();
-  app.add_option_function<std::int64_t>(
-         "--n-experts", [&](std::int64_t n) { args.n_experts = n; },
-         "number of routed experts; optional, checked against config.json")
-      ->option_text("E")
+  dsv32::tools::add_optional(app, "--n-experts", args.n_experts, "E",
+                             "number of routed experts; optional, checked against config.json")
       ->check(positive);
   app.add_flag("--quiet", args.quiet, "no progress output");
   dsv32::tools::add_help(app);

@@ -129,21 +129,15 @@ Arguments parse_arguments(int argc, char** argv) {
   CLI::App app(std::string(kDescription), "dsv32-generate");
   cli::setup(app, std::string(kUsage), 23);
   app.footer(std::string(kFooter));
-  const auto text = [&app](const char* name, auto& target, const char* value_name, const char* description) {
-    return app.add_option_function<std::string>(name, [&target](const std::string& v) { target = v; }, description)
-        ->option_text(value_name);
-  };
 
   app.option_defaults()->group("model");
-  text("--checkpoint,--ckpt-path", a.checkpoint, "DIR",
+  cli::add_optional(app, "--checkpoint,--ckpt-path", a.checkpoint, "DIR",
        "checkpoint directory: config.json plus model0-mp1.safetensors (the\n"
        "reference's converted format) or a Hugging Face directory (when this build\n"
        "has the Hugging Face loader); the compiled config matching config.json is\n"
        "used. Default: the embedded tiny model.");
-  app.add_option_function<std::int64_t>(
-         "--max-seq-len", [&](std::int64_t n) { a.max_seq_len = n; },
-         "cache length (default: config.json's max_seq_len; embedded: 4096)")
-      ->option_text("N")
+  cli::add_optional(app, "--max-seq-len", a.max_seq_len, "N",
+                    "cache length (default: config.json's max_seq_len; embedded: 4096)")
       ->check(cli::integer(1, kMaxInt));
   app.add_option("--world-size", a.world_size,
                  "split the model over W ranks running as threads of this process\n"
@@ -156,26 +150,26 @@ Arguments parse_arguments(int argc, char** argv) {
       ->check(cli::integer(1, 1024));
 
   app.option_defaults()->group("input, as token ids (default mode; with none, the built-in prompt 1 17 42 99 256 7 311 5)");
-  text("--prompt-ids", a.prompt_ids, "\"IDS\"",
+  cli::add_optional(app, "--prompt-ids", a.prompt_ids, "\"IDS\"",
        "one prompt of token ids separated by spaces or commas; \"-\" reads them from\n"
        "standard input");
-  text("--batch-file", a.batch_file, "FILE",
+  cli::add_optional(app, "--batch-file", a.batch_file, "FILE",
        "one prompt per line (blank lines skipped); \"-\" reads standard input.\n"
        "Lines are token ids, or text with --text");
 
   app.option_defaults()->group("input, as text (builds with the tokenizer component only)");
-  text("--tokenizer", a.tokenizer, "DIR",
+  cli::add_optional(app, "--tokenizer", a.tokenizer, "DIR",
        "directory with tokenizer.json and tokenizer_config.json (default: the\n"
        "checkpoint directory when it holds tokenizer.json, else DeepSeek-V3.2-Exp's\n"
        "tokenizer vendored in the dsv32 source tree, if present)");
-  text("--chat-format", a.chat_format, "NAME",
+  cli::add_optional(app, "--chat-format", a.chat_format, "NAME",
        "deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3: how prompts are rendered and\n"
        "replies parsed (default: the tokenizer's; DeepSeek-V3.2's when its\n"
        "tokenizer_config.json has no chat template or an encoding/ folder is beside\n"
        "it). DeepSeek-V3.2's replies carry DSML tool calls; V3.2-Speciale is\n"
        "deepseek-v3.2 with --thinking")
       ->check(cli::chat_format());
-  text("--prompt", a.prompt_text, "\"TEXT\"", "one text prompt; the completion is printed as text, streamed");
+  cli::add_optional(app, "--prompt", a.prompt_text, "\"TEXT\"", "one text prompt; the completion is printed as text, streamed");
   app.add_flag("--text", a.text, "--batch-file lines are text prompts");
   app.add_flag("--raw", a.raw,
                "encode text prompts as they are (with bos) instead of as a user message\n"
@@ -193,7 +187,7 @@ Arguments parse_arguments(int argc, char** argv) {
                "answer (dimmed on a terminal, else between <think> and </think>); the\n"
                "conversation keeps the answer (DeepSeek-V3.2: and the reasoning of the turns\n"
                "since the last user message, as its encoding prints them)");
-  text("--replay-ids", a.replay_ids, "FILE",
+  cli::add_optional(app, "--replay-ids", a.replay_ids, "FILE",
        "no model: each generation \"produces\" the token ids of the next line of FILE\n"
        "(one line per prompt and turn; eos ends it early). For tests and demos of\n"
        "the text display");

@@ -125,20 +125,16 @@ Arguments parse_arguments(int argc, char** argv) {
                             const char* description) {
     return app.add_option(name, target, description)->option_text(value_name)->check(cli::integer(lo, hi));
   };
-  const auto text = [&app](const char* name, auto& target, const char* value_name, const char* description) {
-    return app.add_option_function<std::string>(name, [&target](const std::string& v) { target = v; }, description)
-        ->option_text(value_name);
-  };
 
   app.option_defaults()->group("model");
-  text("--model", a.model, "DIR",
+  cli::add_optional(app, "--model", a.model, "DIR",
        "checkpoint directory (Hugging Face layout or the reference's converted\n"
        "format); the compiled config matching its config.json is served");
-  text("--random-weights", a.random_weights, "NAME",
+  cli::add_optional(app, "--random-weights", a.random_weights, "NAME",
        "a preset with seeded random weights, for benchmarks: demo-fp8,\n"
        "deepseek-v3.2-671b-slice-fp8, deepseek-v3.2-671b-slice-bf16 (or any config\n"
        "name below)");
-  text("--tokenizer", a.tokenizer, "DIR",
+  cli::add_optional(app, "--tokenizer", a.tokenizer, "DIR",
        "tokenizer.json and tokenizer_config.json (default: DIR of --model when it\n"
        "holds them, else DeepSeek-V3.2-Exp's in the dsv32 source tree)");
   app.add_option_function<std::string>(
@@ -147,14 +143,11 @@ Arguments parse_arguments(int argc, char** argv) {
          "files' (a recognized template, or V3.2's encoding when there is none)")
       ->option_text("F")
       ->check(cli::chat_format());
-  text("--served-model-name", a.served_model_name, "N",
+  cli::add_optional(app, "--served-model-name", a.served_model_name, "N",
        "the name clients give as \"model\" (default: DIR's name, the preset's name, or\n"
        "dsv32-demo)")
       ->check(cli::non_empty());
-  app.add_option_function<std::int64_t>(
-         "--max-seq-len", [&](std::int64_t n) { a.max_seq_len = n; },
-         "context length (default: config.json's; random weights: 4096)")
-      ->option_text("N")
+  cli::add_optional(app, "--max-seq-len", a.max_seq_len, "N", "context length (default: config.json's; random weights: 4096)")
       ->check(cli::integer(2, dsv32::RuntimeOptions::kMaxSeqLen));
   app.add_flag("--fp8-fast", a.fp8_fast, "FP8 models: the fast accumulation mode (docs/performance.md)");
   count("--threads", 1, 4096, a.threads, "N", "CPU threads of the model (default: the machine's cores)");
@@ -162,7 +155,7 @@ Arguments parse_arguments(int argc, char** argv) {
   app.option_defaults()->group("server");
   app.add_option("--host", a.host, "address to listen on (default 127.0.0.1)")->option_text("H");
   count("--port", 0, 65535, a.port, "P", "port (default 8000; 0: any free port, printed)");
-  text("--api-key", a.api_key, "KEY",
+  cli::add_optional(app, "--api-key", a.api_key, "KEY",
        "require \"Authorization: Bearer KEY\" on /v1/ routes (default: the\n"
        "DSV32_API_KEY environment variable; none when unset)")
       ->check(cli::non_empty());
@@ -188,7 +181,7 @@ Arguments parse_arguments(int argc, char** argv) {
   count("--max-waiting", 0, kMax, a.max_waiting, "N", "requests queued beyond the running ones before 429 (default 64)");
   app.add_flag_callback("--no-prefix-caching", [&] { a.prefix_caching = false; },
                         "do not share cached prompt prefixes between requests");
-  text("--scripted-output", a.scripted_output, "FILE", "tests only: see ServedModel")->group("");  // (not in --help)
+  cli::add_optional(app, "--scripted-output", a.scripted_output, "FILE", "tests only: see ServedModel")->group("");  // (not in --help)
 
   app.option_defaults()->group("benchmark (--random-weights or --model; docs/serving.md \"Benchmark\")");
   app.add_option_function<std::string>(

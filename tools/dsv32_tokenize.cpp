@@ -73,12 +73,10 @@ Arguments parse_arguments(int argc, char** argv) {
                "breaks the format is an error")
       ->group("modes");
   // options
-  app.add_option_function<std::string>(
-         "--tokenizer", [&](const std::string& dir) { args.tokenizer_dir = dir; },
+  dsv32::tools::add_optional(app, "--tokenizer", args.tokenizer_dir, "DIR",
          "directory holding tokenizer.json and tokenizer_config.json (default: the\n"
          "environment variable DSV32_TOKENIZER_DIR, else the DeepSeek-V3.2-Exp\n"
-         "tokenizer vendored in the dsv32 source tree, when present)")
-      ->option_text("DIR");
+         "tokenizer vendored in the dsv32 source tree, when present)");
   app.add_option_function<std::string>(
          "--chat-format", [&](const std::string& name) { args.chat_format = dsv32::chat_format_from_name(name); },
          "deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3 (default: the tokenizer's:\n"
@@ -92,9 +90,7 @@ Arguments parse_arguments(int argc, char** argv) {
          "parse: whether the prompt ended in thinking mode (default chat)")
       ->option_text("chat|thinking")
       ->check(dsv32::tools::one_of({"chat", "thinking"}));
-  app.add_option_function<std::string>(
-         "--text", [&](const std::string& text) { args.text = text; }, "use TEXT as input instead of standard input")
-      ->option_text("TEXT");
+  dsv32::tools::add_optional(app, "--text", args.text, "TEXT", "use TEXT as input instead of standard input");
   app.add_flag("--add-special", args.add_special, "encode: prepend bos as tokenizer_config.json's add_bos_token says");
   app.add_flag("--skip-special", args.skip_special, "decode: leave out special tokens (bos, eos, ...)");
   app.add_flag("--ids", args.ids,
