@@ -132,10 +132,10 @@ Arguments parse_arguments(int argc, char** argv) {
 
   app.option_defaults()->group("model");
   cli::add_optional(app, "--checkpoint,--ckpt-path", a.checkpoint, "DIR",
-       "checkpoint directory: config.json plus model0-mp1.safetensors (the\n"
-       "reference's converted format) or a Hugging Face directory (when this build\n"
-       "has the Hugging Face loader); the compiled config matching config.json is\n"
-       "used. Default: the embedded tiny model.");
+                    "checkpoint directory: config.json plus model0-mp1.safetensors (the\n"
+                    "reference's converted format) or a Hugging Face directory (when this build\n"
+                    "has the Hugging Face loader); the compiled config matching config.json is\n"
+                    "used. Default: the embedded tiny model.");
   cli::add_optional(app, "--max-seq-len", a.max_seq_len, "N",
                     "cache length (default: config.json's max_seq_len; embedded: 4096)")
       ->check(cli::integer(1, kMaxInt));
@@ -151,23 +151,23 @@ Arguments parse_arguments(int argc, char** argv) {
 
   app.option_defaults()->group("input, as token ids (default mode; with none, the built-in prompt 1 17 42 99 256 7 311 5)");
   cli::add_optional(app, "--prompt-ids", a.prompt_ids, "\"IDS\"",
-       "one prompt of token ids separated by spaces or commas; \"-\" reads them from\n"
-       "standard input");
+                    "one prompt of token ids separated by spaces or commas; \"-\" reads them from\n"
+                    "standard input");
   cli::add_optional(app, "--batch-file", a.batch_file, "FILE",
-       "one prompt per line (blank lines skipped); \"-\" reads standard input.\n"
-       "Lines are token ids, or text with --text");
+                    "one prompt per line (blank lines skipped); \"-\" reads standard input.\n"
+                    "Lines are token ids, or text with --text");
 
   app.option_defaults()->group("input, as text (builds with the tokenizer component only)");
   cli::add_optional(app, "--tokenizer", a.tokenizer, "DIR",
-       "directory with tokenizer.json and tokenizer_config.json (default: the\n"
-       "checkpoint directory when it holds tokenizer.json, else DeepSeek-V3.2-Exp's\n"
-       "tokenizer vendored in the dsv32 source tree, if present)");
+                    "directory with tokenizer.json and tokenizer_config.json (default: the\n"
+                    "checkpoint directory when it holds tokenizer.json, else DeepSeek-V3.2-Exp's\n"
+                    "tokenizer vendored in the dsv32 source tree, if present)");
   cli::add_optional(app, "--chat-format", a.chat_format, "NAME",
-       "deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3: how prompts are rendered and\n"
-       "replies parsed (default: the tokenizer's; DeepSeek-V3.2's when its\n"
-       "tokenizer_config.json has no chat template or an encoding/ folder is beside\n"
-       "it). DeepSeek-V3.2's replies carry DSML tool calls; V3.2-Speciale is\n"
-       "deepseek-v3.2 with --thinking")
+                    "deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3: how prompts are rendered and\n"
+                    "replies parsed (default: the tokenizer's; DeepSeek-V3.2's when its\n"
+                    "tokenizer_config.json has no chat template or an encoding/ folder is beside\n"
+                    "it). DeepSeek-V3.2's replies carry DSML tool calls; V3.2-Speciale is\n"
+                    "deepseek-v3.2 with --thinking")
       ->check(cli::chat_format());
   cli::add_optional(app, "--prompt", a.prompt_text, "\"TEXT\"", "one text prompt; the completion is printed as text, streamed");
   app.add_flag("--text", a.text, "--batch-file lines are text prompts");
@@ -188,9 +188,9 @@ Arguments parse_arguments(int argc, char** argv) {
                "conversation keeps the answer (DeepSeek-V3.2: and the reasoning of the turns\n"
                "since the last user message, as its encoding prints them)");
   cli::add_optional(app, "--replay-ids", a.replay_ids, "FILE",
-       "no model: each generation \"produces\" the token ids of the next line of FILE\n"
-       "(one line per prompt and turn; eos ends it early). For tests and demos of\n"
-       "the text display");
+                    "no model: each generation \"produces\" the token ids of the next line of FILE\n"
+                    "(one line per prompt and turn; eos ends it early). For tests and demos of\n"
+                    "the text display");
 
   app.option_defaults()->group("generation");
   app.add_option("--max-new-tokens", a.gen.max_new_tokens, "most tokens generated per prompt (default 100)")

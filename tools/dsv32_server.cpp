@@ -128,15 +128,15 @@ Arguments parse_arguments(int argc, char** argv) {
 
   app.option_defaults()->group("model");
   cli::add_optional(app, "--model", a.model, "DIR",
-       "checkpoint directory (Hugging Face layout or the reference's converted\n"
-       "format); the compiled config matching its config.json is served");
+                    "checkpoint directory (Hugging Face layout or the reference's converted\n"
+                    "format); the compiled config matching its config.json is served");
   cli::add_optional(app, "--random-weights", a.random_weights, "NAME",
-       "a preset with seeded random weights, for benchmarks: demo-fp8,\n"
-       "deepseek-v3.2-671b-slice-fp8, deepseek-v3.2-671b-slice-bf16 (or any config\n"
-       "name below)");
+                    "a preset with seeded random weights, for benchmarks: demo-fp8,\n"
+                    "deepseek-v3.2-671b-slice-fp8, deepseek-v3.2-671b-slice-bf16 (or any config\n"
+                    "name below)");
   cli::add_optional(app, "--tokenizer", a.tokenizer, "DIR",
-       "tokenizer.json and tokenizer_config.json (default: DIR of --model when it\n"
-       "holds them, else DeepSeek-V3.2-Exp's in the dsv32 source tree)");
+                    "tokenizer.json and tokenizer_config.json (default: DIR of --model when it\n"
+                    "holds them, else DeepSeek-V3.2-Exp's in the dsv32 source tree)");
   app.add_option_function<std::string>(
          "--chat-format", [&](const std::string& name) { a.chat_format = dsv32::chat_format_from_name(name); },
          "deepseek-v3.2-exp | deepseek-v3.2 (| deepseek-v3); default: the tokenizer\n"
@@ -144,8 +144,8 @@ Arguments parse_arguments(int argc, char** argv) {
       ->option_text("F")
       ->check(cli::chat_format());
   cli::add_optional(app, "--served-model-name", a.served_model_name, "N",
-       "the name clients give as \"model\" (default: DIR's name, the preset's name, or\n"
-       "dsv32-demo)")
+                    "the name clients give as \"model\" (default: DIR's name, the preset's name, or\n"
+                    "dsv32-demo)")
       ->check(cli::non_empty());
   cli::add_optional(app, "--max-seq-len", a.max_seq_len, "N", "context length (default: config.json's; random weights: 4096)")
       ->check(cli::integer(2, dsv32::RuntimeOptions::kMaxSeqLen));
@@ -156,8 +156,8 @@ Arguments parse_arguments(int argc, char** argv) {
   app.add_option("--host", a.host, "address to listen on (default 127.0.0.1)")->option_text("H");
   count("--port", 0, 65535, a.port, "P", "port (default 8000; 0: any free port, printed)");
   cli::add_optional(app, "--api-key", a.api_key, "KEY",
-       "require \"Authorization: Bearer KEY\" on /v1/ routes (default: the\n"
-       "DSV32_API_KEY environment variable; none when unset)")
+                    "require \"Authorization: Bearer KEY\" on /v1/ routes (default: the\n"
+                    "DSV32_API_KEY environment variable; none when unset)")
       ->check(cli::non_empty());
   count("--max-body-bytes", 1024, std::int64_t{1} << 34, a.max_body_bytes, "N",
         "largest request body (default 8388608): larger ones get 413");

@@ -74,9 +74,9 @@ Arguments parse_arguments(int argc, char** argv) {
       ->group("modes");
   // options
   dsv32::tools::add_optional(app, "--tokenizer", args.tokenizer_dir, "DIR",
-         "directory holding tokenizer.json and tokenizer_config.json (default: the\n"
-         "environment variable DSV32_TOKENIZER_DIR, else the DeepSeek-V3.2-Exp\n"
-         "tokenizer vendored in the dsv32 source tree, when present)");
+                             "directory holding tokenizer.json and tokenizer_config.json (default: the\n"
+                             "environment variable DSV32_TOKENIZER_DIR, else the DeepSeek-V3.2-Exp\n"
+                             "tokenizer vendored in the dsv32 source tree, when present)");
   app.add_option_function<std::string>(
          "--chat-format", [&](const std::string& name) { args.chat_format = dsv32::chat_format_from_name(name); },
          "deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3 (default: the tokenizer's:\n"
