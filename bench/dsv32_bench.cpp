@@ -21,6 +21,8 @@
 
 #include "serving_bench.hpp"
 
+#include "cli.hpp"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -63,97 +65,84 @@ struct Options {
   dsv32::bench::ServingOptions serving_options;
 };
 
-[[noreturn]] void usage(int rc) {
-  std::fprintf(rc ? stderr : stdout,
-               "usage: dsv32-bench [options]\n"
-               "  --dtype fp8|bf16        weights of the 671B slice (default fp8: E4M3 + ue8m0 scales)\n"
-               "  --threads N             CPU threads, N >= 1 (default: the machine's cores)\n"
-               "  --reps N                decode steps per figure, medians reported (default 5)\n"
-               "  --prefill-reps N        prefills per figure, medians reported (default 3)\n"
-               "  --json                  one JSON object on standard output instead of the table\n"
-               "  --checkpoint DIR        load DIR (its config.json must be the slice's) instead of random weights\n"
-               "  --seed S                seed of the random weights (default 1)\n"
-               "  --prefill N             prompt length of the prefill figure (default 512)\n"
-               "  --contexts A,B,...      contexts of the batch-1 decode figures (default 1024,4096)\n"
-               "  --batch B               sequences of the batched decode figure (default 8)\n"
-               "  --batch-context N       their context (default 256)\n"
-               "  --no-fast-mode          skip the FP8 fast-accumulation figures\n"
-               "  --long-prompt N         instead: time one prefill of N tokens in one pass (tokens/s, peak memory)\n"
-               "  --absorbed-from P       with --long-prompt: RuntimeOptions::absorbed_prefill_from (default 1024;\n"
-               "                          N + 1 forces the expanded prefill, 0 the absorbed one)\n"
-               "  --fp8-fast              with --long-prompt: the FP8 fast accumulation mode\n"
-               "  --serving               instead: the serving engine (static batch 8 against the engine, 16\n"
-               "                          requests at once and at a rate, a shared 2,048-token prompt with and\n"
-               "                          without the prefix cache)\n"
-               "  --serving-rate R        with --serving: arrivals per second of the paced run (default 0.5)\n"
-               "  --serving-memory        with --serving: also 64 sequences of 1,024 positions in a pool of just\n"
-               "                          that many (minutes of prefill)\n");
-  std::exit(rc);
-}
-
-std::int64_t parse_int(const std::string& what, const std::string& v, std::int64_t lo) {
-  char* end = nullptr;
-  const long long x = std::strtoll(v.c_str(), &end, 10);
-  if (v.empty() || *end != '\0' || x < lo) {
-    std::fprintf(stderr, "dsv32-bench: %s expects an integer >= %lld, got '%s'\n", what.c_str(),
-                 static_cast<long long>(lo), v.c_str());
-    std::exit(2);
+// "1024,4096": contexts (each >= 1), sorted; empty when `list` is not such a list.
+std::vector<std::int64_t> parse_contexts(const std::string& list) {
+  std::vector<std::int64_t> out;
+  std::stringstream items(list);
+  for (std::string part; std::getline(items, part, ',');) {
+    std::int64_t n = 0;
+    if (!dsv32::tools::parse_integer(part, 1, INT64_MAX, n)) return {};
+    out.push_back(n);
   }
-  return x;
+  std::sort(out.begin(), out.end());
+  return out;
 }
 
 Options parse(int argc, char** argv) {
+  namespace cli = dsv32::tools;  // the tools' CLI11 setup (tools/cli.hpp)
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dsv32-bench: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") usage(0);
-    else if (a == "--dtype") {
-      o.dtype = value();
-      if (o.dtype != "fp8" && o.dtype != "bf16") {
-        std::fprintf(stderr, "dsv32-bench: --dtype is fp8 or bf16, got '%s'\n", o.dtype.c_str());
-        std::exit(2);
-      }
-    } else if (a == "--threads") o.threads = static_cast<int>(parse_int(a, value(), 1));
-    else if (a == "--reps") o.reps = static_cast<int>(parse_int(a, value(), 1));
-    else if (a == "--prefill-reps") o.prefill_reps = static_cast<int>(parse_int(a, value(), 1));
-    else if (a == "--json") o.json = true;
-    else if (a == "--checkpoint") o.checkpoint = value();
-    else if (a == "--seed") o.seed = static_cast<std::uint64_t>(parse_int(a, value(), 0));
-    else if (a == "--prefill") o.prefill = parse_int(a, value(), 1);
-    else if (a == "--contexts") {
-      o.contexts.clear();
-      std::stringstream ss(value());
-      for (std::string part; std::getline(ss, part, ',');) o.contexts.push_back(parse_int(a, part, 1));
-      std::sort(o.contexts.begin(), o.contexts.end());
-    } else if (a == "--batch") o.batch = parse_int(a, value(), 1);
-    else if (a == "--batch-context") o.batch_context = parse_int(a, value(), 1);
-    else if (a == "--no-fast-mode") o.fast_mode = false;
-    else if (a == "--long-prompt") o.long_prompt = parse_int(a, value(), 2);
-    else if (a == "--absorbed-from") o.absorbed_from = parse_int(a, value(), 0);
-    else if (a == "--fp8-fast") o.fp8_fast = true;
-    else if (a == "--serving") o.serving = true;
-    else if (a == "--serving-memory") o.serving_options.memory = true;
-    else if (a == "--serving-rate") {
-      const std::string v = value();
-      char* end = nullptr;
-      o.serving_options.rate = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(o.serving_options.rate > 0)) {
-        std::fprintf(stderr, "dsv32-bench: --serving-rate expects a number > 0, got '%s'\n", v.c_str());
-        std::exit(2);
-      }
-    }
-    else {
-      std::fprintf(stderr, "dsv32-bench: unknown argument '%s' (see --help)\n", a.c_str());
-      std::exit(2);
-    }
-  }
+  CLI::App app("", "dsv32-bench");
+  cli::setup(app, "usage: dsv32-bench [options]", 26);
+  const auto at_least = [](std::int64_t lo) { return cli::integer(lo, INT64_MAX); };
+  const auto positive_int = cli::integer(1, INT32_MAX);
+  app.add_option("--dtype", o.dtype, "weights of the 671B slice (default fp8: E4M3 + ue8m0 scales)")
+      ->option_text("fp8|bf16")
+      ->check(cli::one_of({"fp8", "bf16"}));
+  app.add_option("--threads", o.threads, "CPU threads, N >= 1 (default: the machine's cores)")
+      ->option_text("N")
+      ->check(positive_int);
+  app.add_option("--reps", o.reps, "decode steps per figure, medians reported (default 5)")
+      ->option_text("N")
+      ->check(positive_int);
+  app.add_option("--prefill-reps", o.prefill_reps, "prefills per figure, medians reported (default 3)")
+      ->option_text("N")
+      ->check(positive_int);
+  app.add_flag("--json", o.json, "one JSON object on standard output instead of the table");
+  app.add_option("--checkpoint", o.checkpoint,
+                 "load DIR (its config.json must be the slice's) instead of random weights")
+      ->option_text("DIR");
+  app.add_option("--seed", o.seed, "seed of the random weights (default 1)")->option_text("S")->check(cli::unsigned64());
+  app.add_option("--prefill", o.prefill, "prompt length of the prefill figure (default 512)")
+      ->option_text("N")
+      ->check(at_least(1));
+  app.add_option_function<std::string>(
+         "--contexts", [&](const std::string& list) { o.contexts = parse_contexts(list); },
+         "contexts of the batch-1 decode figures (default 1024,4096)")
+      ->option_text("A,B,...")
+      ->check(cli::expects("integers >= 1 separated by commas",
+                           [](const std::string& list) { return !parse_contexts(list).empty(); }));
+  app.add_option("--batch", o.batch, "sequences of the batched decode figure (default 8)")
+      ->option_text("B")
+      ->check(at_least(1));
+  app.add_option("--batch-context", o.batch_context, "their context (default 256)")
+      ->option_text("N")
+      ->check(at_least(1));
+  app.add_flag_callback("--no-fast-mode", [&] { o.fast_mode = false; }, "skip the FP8 fast-accumulation figures");
+  app.add_option("--long-prompt", o.long_prompt,
+                 "instead: time one prefill of N tokens in one pass (tokens/s, peak memory)")
+      ->option_text("N")
+      ->check(at_least(2));
+  app.add_option("--absorbed-from", o.absorbed_from,
+                 "with --long-prompt: RuntimeOptions::absorbed_prefill_from (default 1024;\n"
+                 "N + 1 forces the expanded prefill, 0 the absorbed one)")
+      ->option_text("P")
+      ->check(at_least(0));
+  app.add_flag("--fp8-fast", o.fp8_fast, "with --long-prompt: the FP8 fast accumulation mode");
+  app.add_flag("--serving", o.serving,
+               "instead: the serving engine (static batch 8 against the engine, 16\n"
+               "requests at once and at a rate, a shared 2,048-token prompt with and\n"
+               "without the prefix cache)");
+  app.add_option("--serving-rate", o.serving_options.rate, "with --serving: arrivals per second of the paced run (default 0.5)")
+      ->option_text("R")
+      ->check(cli::expects("a number > 0", [](const std::string& v) {
+        char* end = nullptr;
+        return !v.empty() && std::strtod(v.c_str(), &end) > 0 && *end == '\0';
+      }));
+  app.add_flag("--serving-memory", o.serving_options.memory,
+               "with --serving: also 64 sequences of 1,024 positions in a pool of just\n"
+               "that many (minutes of prefill)");
+  cli::add_help(app);
+  cli::parse(app, argc, argv);
   return o;
 }
 

@@ -8,6 +8,8 @@
 // that widen codes through subnormal doubles pay a microcode assist per FMA on Intel cores.
 #include <dsv32/dsv32.hpp>
 
+#include "cli.hpp"
+
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -21,23 +23,23 @@ int main(int argc, char** argv) {
   ExecutionContext<Cpu> ctx;
   int reps = 5;
   double subnormal_share = 0.0;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (a == "--subnormal-share" && i + 1 < argc) {
-      char* end = nullptr;
-      subnormal_share = std::strtod(argv[++i], &end);
-      if (end == argv[i] || *end != '\0') subnormal_share = -1.0;  // not a number: refused below
-    } else if (a.find_first_not_of("0123456789") == std::string::npos && std::atoi(a.c_str()) > 0) {
-      reps = std::atoi(a.c_str());
-    } else {
-      std::fprintf(stderr, "usage: dsv32-bench-gemm [reps >= 1] [--subnormal-share P]  (got '%s')\n", a.c_str());
-      return 2;
-    }
-  }
-  if (!(subnormal_share >= 0.0 && subnormal_share <= 1.0)) {
-    std::fprintf(stderr, "dsv32-bench-gemm: --subnormal-share takes a number in [0, 1]\n");
-    return 2;
-  }
+  namespace cli = dsv32::tools;  // the tools' CLI11 setup (tools/cli.hpp)
+  CLI::App app("The CPU backend's linear layers on the 671B model's shapes, in GFLOP/s and weight GB/s.",
+               "dsv32-bench-gemm");
+  cli::setup(app, "usage: dsv32-bench-gemm [reps] [--subnormal-share P]", 24);
+  app.add_option("reps", reps, "repetitions per figure, medians reported (default 5)")
+      ->type_name("")
+      ->check(cli::integer(1, INT32_MAX));
+  app.add_option("--subnormal-share", subnormal_share,
+                 "that share of the FP8 weight codes replaced by random subnormal codes (default 0)")
+      ->option_text("P")
+      ->check(cli::expects("a number in [0, 1]", [](const std::string& v) {
+        char* end = nullptr;
+        const double p = std::strtod(v.c_str(), &end);
+        return !v.empty() && *end == '\0' && p >= 0.0 && p <= 1.0;
+      }));
+  cli::add_help(app);
+  cli::parse(app, argc, argv);
   std::uniform_real_distribution<double> unit(0.0, 1.0);
   struct Shape2 { const char* name; std::int64_t out, in; };
   const Shape2 shapes[] = {{"wq_a 7168->1536", 1536, 7168}, {"expert w1 7168->2048", 2048, 7168},

@@ -7,72 +7,51 @@
 #include <dsv32/dsv32.hpp>
 #include <dsv32/generate/generate.hpp>
 
+#include "cli.hpp"
+
+#include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
 using Config = dsv32::TinyFp8Ue8m0Yarn;  // the embedded default model
-
-namespace {
-
-constexpr const char* kUsage =
-    "usage: dsv32-demo [--new-tokens N] [--seed S] [--temperature T] [--prompt \"id id ...\"]\n"
-    "Runs a tiny DeepSeek-V3.2-Exp (%s, vocabulary %lld) with seeded random weights: prefills the\n"
-    "prompt, then generates N tokens (default 16; greedy unless --temperature T > 0), printing\n"
-    "them as they come and the time per token.\n"
-    "  --new-tokens N    tokens to generate (>= 1)\n"
-    "  --seed S          seed of the random weights and of sampling (default 2025)\n"
-    "  --temperature T   0 = greedy (default), else softmax temperature\n"
-    "  --prompt IDS      prompt token ids (default: 1 17 42 99 256 7 311 5)\n";
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "dsv32-demo: %s (see --help)\n", message.c_str());
-  std::exit(2);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int new_tokens = 16;
   std::uint64_t seed = 2025;
   double temperature = 0.0;
   std::vector<std::int32_t> prompt = {1, 17, 42, 99, 256, 7, 311, 5};
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + " needs a value");
-      return argv[++i];
-    };
-    try {
-      std::size_t used = 0;
-      if (a == "--help" || a == "-h") {
-        std::printf(kUsage, std::string(Config::name).c_str(), static_cast<long long>(Config::vocab_size));
-        return 0;
-      } else if (a == "--new-tokens") {
-        const std::string v = value();
-        new_tokens = std::stoi(v, &used);
-        if (used != v.size()) throw std::invalid_argument(v);
-      } else if (a == "--seed") {
-        const std::string v = value();
-        seed = std::stoull(v, &used);
-        if (used != v.size()) throw std::invalid_argument(v);
-      } else if (a == "--temperature") {
-        const std::string v = value();
-        temperature = std::stod(v, &used);
-        if (used != v.size()) throw std::invalid_argument(v);
-      } else if (a == "--prompt") {
-        prompt = dsv32::parse_token_ids(value(), "--prompt");
-      } else {
-        usage_error("unknown argument '" + a + "'");
-      }
-    } catch (const dsv32::Error& e) {  // --prompt
-      usage_error(e.what());
-    } catch (const std::logic_error&) {  // std::invalid_argument, std::out_of_range
-      usage_error("bad value for " + a);
-    }
-  }
-  if (new_tokens < 1 || prompt.empty()) usage_error("need --new-tokens >= 1 and a non-empty --prompt");
+  namespace cli = dsv32::tools;  // the tools' CLI11 setup (tools/cli.hpp)
+  CLI::App app("Runs a tiny DeepSeek-V3.2-Exp (" + std::string(Config::name) + ", vocabulary " +
+                   std::to_string(Config::vocab_size) +
+                   ") with seeded random weights: prefills the\n"
+                   "prompt, then generates N tokens (default 16; greedy unless --temperature T > 0), printing\n"
+                   "them as they come and the time per token.",
+               "dsv32-demo");
+  cli::setup(app, "usage: dsv32-demo [--new-tokens N] [--seed S] [--temperature T] [--prompt \"id id ...\"]", 20);
+  app.add_option("--new-tokens", new_tokens, "tokens to generate (>= 1)")
+      ->option_text("N")
+      ->check(cli::integer(1, INT32_MAX));
+  app.add_option("--seed", seed, "seed of the random weights and of sampling (default 2025)")
+      ->option_text("S")
+      ->check(cli::unsigned64());
+  app.add_option("--temperature", temperature, "0 = greedy (default), else softmax temperature")
+      ->option_text("T")
+      ->check(cli::number());
+  app.add_option_function<std::string>(
+         "--prompt",
+         [&](const std::string& ids) {
+           try {
+             prompt = dsv32::parse_token_ids(ids, "--prompt");
+           } catch (const dsv32::Error& e) {
+             throw CLI::ValidationError(e.what());
+           }
+         },
+         "prompt token ids (default: 1 17 42 99 256 7 311 5)")
+      ->option_text("IDS");
+  cli::add_help(app);
+  cli::parse(app, argc, argv);
+  if (prompt.empty()) cli::usage_error("dsv32-demo", "need a non-empty --prompt");
 
   try {
     dsv32::RuntimeOptions options;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepares the header-only dependencies the GPU machine lacks (it has nvcc, CMake, ninja and a compiler,
-# but no package registry and none of our Debian headers): Eigen, nlohmann/json and doctest, taken from
-# this machine's Debian archive with `apt-get download` and unpacked with `dpkg -x` into DIR
-# (default: .device-deps, git-ignored). scripts/device-check.sh points CMake at DIR/usr.
+# but no package registry and none of our Debian headers): Eigen, nlohmann/json, doctest and CLI11 (the
+# tools', examples' and benchmarks' argument parsing: configuring needs it), taken from this machine's
+# Debian archive with `apt-get download` and unpacked with `dpkg -x` into DIR (default: .device-deps,
+# git-ignored). scripts/device-check.sh points CMake at DIR/usr.
 #
 #   scripts/prepare-device-deps.sh [DIR]
 #
@@ -16,7 +17,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 dir="${1:-$root/.device-deps}"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$work" && apt-get download libeigen3-dev nlohmann-json3-dev doctest-dev >/dev/null)
+(cd "$work" && apt-get download libeigen3-dev nlohmann-json3-dev doctest-dev libcli11-dev >/dev/null)
 rm -rf "$dir"
 mkdir -p "$dir"
 for deb in "$work"/*.deb; do dpkg -x "$deb" "$dir"; done

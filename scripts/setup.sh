@@ -4,9 +4,11 @@ set -euo pipefail
 # clang-14, libclang-rt-14-dev, libomp-14-dev: the sanitizer build and the libFuzzer targets
 # (scripts/sanitizer-build.sh; libomp is clang's OpenMP); libopenmpi-dev, openmpi-bin: the dsv32::mpi
 # component, its tests (mpirun) and dsv32-bench-mpi; libcpp-httplib-dev, pkg-config: dsv32-server;
+# libcli11-dev: the argument parsing of the tools, examples and benchmarks (tools/cli.hpp);
 # python3-venv: the server tests' virtual environment (below)
 packages=(cmake g++ make libeigen3-dev nlohmann-json3-dev doctest-dev libpcre2-dev doxygen clang-14 libclang-rt-14-dev
-          libomp-14-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev pkg-config python3-venv)
+          libomp-14-dev libopenmpi-dev openmpi-bin libcpp-httplib-dev libcli11-dev pkg-config
+          python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

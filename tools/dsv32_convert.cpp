@@ -12,30 +12,24 @@
 
 #include "dsv32/io/convert.hpp"
 
+#include "cli.hpp"
+
 namespace {
 
-constexpr std::string_view usage = R"(usage: dsv32-convert --hf-ckpt-path DIR --save-path DIR --model-parallel N [--n-experts E] [--quiet]
+constexpr std::string_view kUsage =
+    "usage: dsv32-convert --hf-ckpt-path DIR --save-path DIR --model-parallel N [--n-experts E] [--quiet]";
 
-Splits the Hugging Face checkpoint in --hf-ckpt-path (config.json, model.safetensors.index.json and
+constexpr std::string_view kDescription = R"(Splits the Hugging Face checkpoint in --hf-ckpt-path (config.json, model.safetensors.index.json and
 its shards, or a single model.safetensors) into N model-parallel shards model{rank}-mpN.safetensors
 in --save-path, laid out exactly as the reference's inference/convert.py writes them: embed, wq_b,
 wkv_b, w1, w3 and head split along dimension 0, wo and w2 along dimension 1 (FP8 scales alike),
 routed experts partitioned by rank, everything else replicated; multi-token-prediction layers left
 out. Files whose names contain "token" are copied, and a config.json in the reference's ModelArgs
 naming is written. Everything is checked before anything is written; each shard is written under a
-temporary name and renamed when complete.
+temporary name and renamed when complete.)";
 
-options:
-  --hf-ckpt-path DIR    the Hugging Face checkpoint directory
-  --save-path DIR       where to write the shards (created if needed; must not be the input)
-  --model-parallel N    number of model-parallel ranks (>= 1)
-  --n-experts E         number of routed experts; optional, checked against config.json
-  --quiet               no progress output
-  --help                print this help
-
-Progress (tensors and bytes written per shard) goes to standard error. Exit status: 0 on success,
-1 if the conversion fails (the reason on standard error), 2 for bad arguments.
-)";
+constexpr std::string_view kFooter = R"(Progress (tensors and bytes written per shard) goes to standard error. Exit status: 0 on success,
+1 if the conversion fails (the reason on standard error), 2 for bad arguments.)";
 
 struct Arguments {
   std::string hf_dir, save_dir;
@@ -58,58 +52,26 @@ std::string format_bytes(std::uint64_t bytes) {
   return buf;
 }
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "dsv32-convert: " << message << "\n(run dsv32-convert --help for usage)\n";
-  std::exit(2);
-}
-
-std::int64_t parse_positive(std::string_view flag, const std::string& text) {
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != text.size() || text.empty() || v < 1 || v > (1 << 20))
-    usage_error(std::string(flag) + " needs a positive integer, got '" + text + "'");
-  return v;
-}
-
 Arguments parse_arguments(int argc, char** argv) {
   Arguments args;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view arg = argv[i];
-    std::optional<std::string> inline_value;  // --flag=value
-    if (const auto eq = arg.find('='); arg.starts_with("--") && eq != std::string_view::npos) {
-      inline_value = std::string(arg.substr(eq + 1));
-      arg = arg.substr(0, eq);
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= argc) usage_error(std::string(arg) + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    } else if (arg == "--hf-ckpt-path") {
-      args.hf_dir = value();
-    } else if (arg == "--save-path") {
-      args.save_dir = value();
-    } else if (arg == "--model-parallel") {
-      args.world = static_cast<int>(parse_positive(arg, value()));
-    } else if (arg == "--n-experts") {
-      args.n_experts = parse_positive(arg, value());
-    } else if (arg == "--quiet") {
-      args.quiet = true;
-    } else {
-      usage_error("unknown argument '" + std::string(arg) + "'");
-    }
-  }
-  if (args.hf_dir.empty()) usage_error("--hf-ckpt-path is required");
-  if (args.save_dir.empty()) usage_error("--save-path is required");
-  if (args.world == 0) usage_error("--model-parallel is required");
+  CLI::App app(std::string(kDescription), "dsv32-convert");
+  dsv32::tools::setup(app, std::string(kUsage), 24);
+  app.footer(std::string(kFooter));
+  const auto positive = dsv32::tools::integer(1, 1 << 20);
+  app.add_option("--hf-ckpt-path", args.hf_dir, "the Hugging Face checkpoint directory")->option_text("DIR")->required();
+  app.add_option("--save-path", args.save_dir, "where to write the shards (created if needed; must not be the input)")
+      ->option_text("DIR")
+      ->required();
+  app.add_option("--model-parallel", args.world, "number of model-parallel ranks (>= 1)")
+      ->option_text("N")
+      ->check(positive)
+      ->required();
+  dsv32::tools::add_optional(app, "--n-experts", args.n_experts, "E",
+                             "number of routed experts; optional, checked against config.json")
+      ->check(positive);
+  app.add_flag("--quiet", args.quiet, "no progress output");
+  dsv32::tools::add_help(app);
+  dsv32::tools::parse(app, argc, argv);
   return args;
 }
 

@@ -46,6 +46,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli.hpp"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -72,83 +74,19 @@ constexpr std::uint64_t kEmbeddedWeightSeed = 2025;
 constexpr std::int64_t kEmbeddedMaxSeqLen = 4096;
 const Tokens kDefaultPrompt = {1, 17, 42, 99, 256, 7, 311, 5};
 
-constexpr std::string_view kUsage = R"(usage: dsv32-generate [--checkpoint DIR] [input] [options]
+constexpr std::string_view kUsage = "usage: dsv32-generate [--checkpoint DIR] [input] [options]";
 
-Generates with DeepSeek-V3.2-Exp through dsv32::generate: greedy or sampled (temperature, top-k,
+constexpr std::string_view kDescription = R"(Generates with DeepSeek-V3.2-Exp through dsv32::generate: greedy or sampled (temperature, top-k,
 top-p), batched, streamed. With no arguments it runs an embedded tiny model (random weights, the
-released model's vocabulary) on a built-in prompt of token ids.
+released model's vocabulary) on a built-in prompt of token ids. Text modes need a model whose
+vocab_size covers the tokenizer's ids.)";
 
-model:
-  --checkpoint DIR     checkpoint directory: config.json plus model0-mp1.safetensors (the
-                       reference's converted format) or a Hugging Face directory (when this build
-                       has the Hugging Face loader); the compiled config matching config.json is
-                       used. Alias: --ckpt-path. Default: the embedded tiny model.
-  --max-seq-len N      cache length (default: config.json's max_seq_len; embedded: 4096)
-  --world-size W       split the model over W ranks running as threads of this process
-                       (ThreadCommunicator): the checkpoint's model{r}-mpW.safetensors shards, or
-                       a Hugging Face directory sliced at load time. The embedded model then has
-                       16 heads (to split) and other random weights. Under mpirun (builds with MPI) each
-                       process is a rank instead: mpirun -n W dsv32-generate ... (see
-                       docs/parallelism.md); rank 0 reads the input and prints
-
-input, as token ids (default mode):
-  --prompt-ids "IDS"   one prompt of token ids separated by spaces or commas; "-" reads them from
-                       standard input
-  --batch-file FILE    one prompt per line (blank lines skipped); "-" reads standard input.
-                       Lines are token ids, or text with --text
-  (none)               the built-in prompt 1 17 42 99 256 7 311 5
-
-input, as text (builds with the tokenizer component only):
-  --tokenizer DIR      directory with tokenizer.json and tokenizer_config.json (default: the
-                       checkpoint directory when it holds tokenizer.json, else DeepSeek-V3.2-Exp's
-                       tokenizer vendored in the dsv32 source tree, if present)
-  --chat-format NAME   deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3: how prompts are rendered and
-                       replies parsed (default: the tokenizer's; DeepSeek-V3.2's when its
-                       tokenizer_config.json has no chat template or an encoding/ folder is beside
-                       it). DeepSeek-V3.2's replies carry DSML tool calls; V3.2-Speciale is
-                       deepseek-v3.2 with --thinking
-  --prompt "TEXT"      one text prompt; the completion is printed as text, streamed
-  --text               --batch-file lines are text prompts
-  --raw                encode text prompts as they are (with bos) instead of as a user message
-                       of the chat template (the default, as the reference's generate.py does)
-  --chat               interactive chat as the reference's generate.py --interactive: reads lines
-                       after a ">>> " prompt, "/clear" forgets the conversation, "/exit" or end of
-                       input quits; replies are streamed and kept in the conversation.
-                       "/tool TEXT" answers the tool calls of the last reply with TEXT (a tool
-                       message) and generates what follows (DeepSeek-V3.2: one /tool line per
-                       call; the model answers after the last)
-  --thinking           thinking mode of DeepSeek-V3.2-Exp's and V3.2's chat formats (--prompt, --chat,
-                       --batch-file --text): the reply starts with reasoning, shown apart from the
-                       answer (dimmed on a terminal, else between <think> and </think>); the
-                       conversation keeps the answer (DeepSeek-V3.2: and the reasoning of the turns
-                       since the last user message, as its encoding prints them)
-  --replay-ids FILE    no model: each generation "produces" the token ids of the next line of FILE
-                       (one line per prompt and turn; eos ends it early). For tests and demos of
-                       the text display
-  Text modes need a model whose vocab_size covers the tokenizer's ids.
-
-generation:
-  --max-new-tokens N   most tokens generated per prompt (default 100)
-  --temperature T      0 = greedy; default 0.6 (the reference's default)
-  --top-k K            keep the K most probable tokens (default 0 = all)
-  --top-p P            nucleus sampling, P in (0, 1] (default 1 = all)
-  --seed S             seed of the sampling streams (default 0): prompt b uses stream b; chat
-                       turn t uses seed S + t
-  --eos-id ID|none     token that ends a completion (default: the tokenizer's eos in text and
-                       chat modes; none for token ids)
-  --fp8-fast           FP8 checkpoints: sum each 128-wide block of FP8 products in f32 on bf16
-                       dot products (cpu::Fp8Accumulation::fast: faster prefill and decode on
-                       AVX-512 hosts; logits within the documented tolerance of the default, exact
-                       arithmetic; see docs/performance.md)
-
-output:
+constexpr std::string_view kFooter = R"(what is printed:
   Token ids: one line per prompt with its completion's ids (streamed for a single prompt).
   Text: the completion (streamed for a single prompt; "Prompt:"/"Completion:" pairs for a batch).
   Tool calls parsed from a chat-template reply are printed as JSON lines, one per call:
   {"function":{"arguments":"...","name":"..."},"type":"function"}.
   Standard error: the model loaded, then time to first token and decode tokens/s of each run.
-  --quiet              no model or timing lines on standard error
-  --help               this help
 
 Exit status: 0 on success, 1 when loading or generating fails, 2 for bad arguments.
 
@@ -158,8 +96,7 @@ examples:
   echo "1 2 3" | dsv32-generate --checkpoint DIR --prompt-ids - --max-new-tokens 8
   dsv32-generate --checkpoint /models/DeepSeek-V3.2-Exp --prompt "Why is the sky blue?"
   dsv32-generate --chat --thinking --max-new-tokens 20
-  dsv32-generate --chat --tokenizer tests/data/tokenizer/deepseek_v3 --max-new-tokens 20
-)";
+  dsv32-generate --chat --tokenizer tests/data/tokenizer/deepseek_v3 --max-new-tokens 20)";
 
 // ------------------------------------------------------------------ arguments
 
@@ -181,104 +118,121 @@ struct Arguments {
 int g_process_rank = 0;  // this process's MPI rank (0 without MPI): only rank 0 prints
 
 [[noreturn]] void usage_error(const std::string& message) {
-  if (g_process_rank == 0) std::cerr << "dsv32-generate: " << message << "\n(run dsv32-generate --help for usage)\n";
-  std::exit(2);
-}
-
-std::int64_t parse_int(const std::string& flag, const std::string& s, std::int64_t lo, std::int64_t hi) {
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size() || v < lo || v > hi)
-    usage_error(flag + " expects an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s +
-                "'");
-  return v;
-}
-
-double parse_double(const std::string& flag, const std::string& s) {
-  std::size_t used = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != s.size()) usage_error(flag + " expects a number, got '" + s + "'");
-  return v;
+  dsv32::tools::usage_error("dsv32-generate", message, g_process_rank == 0);
 }
 
 Arguments parse_arguments(int argc, char** argv) {
+  namespace cli = dsv32::tools;
   Arguments a;
   a.gen.sampling.temperature = 0.6;
   constexpr std::int64_t kMaxInt = 1LL << 40;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "--checkpoint" || arg == "--ckpt-path") {
-      a.checkpoint = value();
-    } else if (arg == "--max-seq-len") {
-      a.max_seq_len = parse_int(arg, value(), 1, kMaxInt);
-    } else if (arg == "--world-size") {
-      a.world_size = static_cast<int>(parse_int(arg, value(), 1, 1024));
-    } else if (arg == "--prompt-ids") {
-      a.prompt_ids = value();
-    } else if (arg == "--batch-file") {
-      a.batch_file = value();
-    } else if (arg == "--tokenizer") {
-      a.tokenizer = value();
-    } else if (arg == "--prompt") {
-      a.prompt_text = value();
-    } else if (arg == "--text") {
-      a.text = true;
-    } else if (arg == "--raw") {
-      a.raw = true;
-    } else if (arg == "--chat" || arg == "--interactive") {
-      a.chat = true;
-    } else if (arg == "--thinking") {
-      a.thinking = true;
-    } else if (arg == "--chat-format") {
-      a.chat_format = value();
-    } else if (arg == "--replay-ids") {
-      a.replay_ids = value();
-    } else if (arg == "--quiet") {
-      a.quiet = true;
-    } else if (arg == "--fp8-fast") {
-      a.fp8_fast = true;
-    } else if (arg == "--max-new-tokens") {
-      a.gen.max_new_tokens = parse_int(arg, value(), 0, kMaxInt);
-    } else if (arg == "--temperature") {
-      a.gen.sampling.temperature = parse_double(arg, value());
-    } else if (arg == "--top-k") {
-      a.gen.sampling.top_k = parse_int(arg, value(), 0, kMaxInt);
-    } else if (arg == "--top-p") {
-      a.gen.sampling.top_p = parse_double(arg, value());
-    } else if (arg == "--seed") {
-      const std::string s = value();
-      if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos)
-        usage_error("--seed expects a non-negative integer, got '" + s + "'");
-      try {
-        a.gen.seed = std::stoull(s);
-      } catch (const std::exception&) {
-        usage_error("--seed expects a 64-bit integer, got '" + s + "'");
-      }
-    } else if (arg == "--eos-id") {
-      const std::string s = value();
-      a.eos_given = true;
-      if (s != "none") a.gen.eos_id = static_cast<std::int32_t>(parse_int(arg, s, 0, INT32_MAX));
-    } else {
-      usage_error("unknown argument '" + arg + "'");
-    }
-  }
+  CLI::App app(std::string(kDescription), "dsv32-generate");
+  cli::setup(app, std::string(kUsage), 23);
+  app.footer(std::string(kFooter));
+
+  app.option_defaults()->group("model");
+  cli::add_optional(app, "--checkpoint,--ckpt-path", a.checkpoint, "DIR",
+                    "checkpoint directory: config.json plus model0-mp1.safetensors (the\n"
+                    "reference's converted format) or a Hugging Face directory (when this build\n"
+                    "has the Hugging Face loader); the compiled config matching config.json is\n"
+                    "used. Default: the embedded tiny model.");
+  cli::add_optional(app, "--max-seq-len", a.max_seq_len, "N",
+                    "cache length (default: config.json's max_seq_len; embedded: 4096)")
+      ->check(cli::integer(1, kMaxInt));
+  app.add_option("--world-size", a.world_size,
+                 "split the model over W ranks running as threads of this process\n"
+                 "(ThreadCommunicator): the checkpoint's model{r}-mpW.safetensors shards, or\n"
+                 "a Hugging Face directory sliced at load time. The embedded model then has\n"
+                 "16 heads (to split) and other random weights. Under mpirun (builds with MPI) each\n"
+                 "process is a rank instead: mpirun -n W dsv32-generate ... (see\n"
+                 "docs/parallelism.md); rank 0 reads the input and prints")
+      ->option_text("W")
+      ->check(cli::integer(1, 1024));
+
+  app.option_defaults()->group("input, as token ids (default mode; with none, the built-in prompt 1 17 42 99 256 7 311 5)");
+  cli::add_optional(app, "--prompt-ids", a.prompt_ids, "\"IDS\"",
+                    "one prompt of token ids separated by spaces or commas; \"-\" reads them from\n"
+                    "standard input");
+  cli::add_optional(app, "--batch-file", a.batch_file, "FILE",
+                    "one prompt per line (blank lines skipped); \"-\" reads standard input.\n"
+                    "Lines are token ids, or text with --text");
+
+  app.option_defaults()->group("input, as text (builds with the tokenizer component only)");
+  cli::add_optional(app, "--tokenizer", a.tokenizer, "DIR",
+                    "directory with tokenizer.json and tokenizer_config.json (default: the\n"
+                    "checkpoint directory when it holds tokenizer.json, else DeepSeek-V3.2-Exp's\n"
+                    "tokenizer vendored in the dsv32 source tree, if present)");
+  cli::add_optional(app, "--chat-format", a.chat_format, "NAME",
+                    "deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3: how prompts are rendered and\n"
+                    "replies parsed (default: the tokenizer's; DeepSeek-V3.2's when its\n"
+                    "tokenizer_config.json has no chat template or an encoding/ folder is beside\n"
+                    "it). DeepSeek-V3.2's replies carry DSML tool calls; V3.2-Speciale is\n"
+                    "deepseek-v3.2 with --thinking")
+      ->check(cli::chat_format());
+  cli::add_optional(app, "--prompt", a.prompt_text, "\"TEXT\"", "one text prompt; the completion is printed as text, streamed");
+  app.add_flag("--text", a.text, "--batch-file lines are text prompts");
+  app.add_flag("--raw", a.raw,
+               "encode text prompts as they are (with bos) instead of as a user message\n"
+               "of the chat template (the default, as the reference's generate.py does)");
+  app.add_flag("--chat,--interactive", a.chat,
+               "interactive chat as the reference's generate.py --interactive: reads lines\n"
+               "after a \">>> \" prompt, \"/clear\" forgets the conversation, \"/exit\" or end of\n"
+               "input quits; replies are streamed and kept in the conversation.\n"
+               "\"/tool TEXT\" answers the tool calls of the last reply with TEXT (a tool\n"
+               "message) and generates what follows (DeepSeek-V3.2: one /tool line per\n"
+               "call; the model answers after the last)");
+  app.add_flag("--thinking", a.thinking,
+               "thinking mode of DeepSeek-V3.2-Exp's and V3.2's chat formats (--prompt, --chat,\n"
+               "--batch-file --text): the reply starts with reasoning, shown apart from the\n"
+               "answer (dimmed on a terminal, else between <think> and </think>); the\n"
+               "conversation keeps the answer (DeepSeek-V3.2: and the reasoning of the turns\n"
+               "since the last user message, as its encoding prints them)");
+  cli::add_optional(app, "--replay-ids", a.replay_ids, "FILE",
+                    "no model: each generation \"produces\" the token ids of the next line of FILE\n"
+                    "(one line per prompt and turn; eos ends it early). For tests and demos of\n"
+                    "the text display");
+
+  app.option_defaults()->group("generation");
+  app.add_option("--max-new-tokens", a.gen.max_new_tokens, "most tokens generated per prompt (default 100)")
+      ->option_text("N")
+      ->check(cli::integer(0, kMaxInt));
+  app.add_option("--temperature", a.gen.sampling.temperature, "0 = greedy; default 0.6 (the reference's default)")
+      ->option_text("T")
+      ->check(cli::number());
+  app.add_option("--top-k", a.gen.sampling.top_k, "keep the K most probable tokens (default 0 = all)")
+      ->option_text("K")
+      ->check(cli::integer(0, kMaxInt));
+  app.add_option("--top-p", a.gen.sampling.top_p, "nucleus sampling, P in (0, 1] (default 1 = all)")
+      ->option_text("P")
+      ->check(cli::number());
+  app.add_option("--seed", a.gen.seed,
+                 "seed of the sampling streams (default 0): prompt b uses stream b; chat\n"
+                 "turn t uses seed S + t")
+      ->option_text("S")
+      ->check(cli::unsigned64());
+  app.add_option_function<std::string>(
+         "--eos-id",
+         [&](const std::string& id) {
+           a.eos_given = true;
+           a.gen.eos_id = id == "none" ? std::nullopt : std::optional<std::int32_t>(std::stoi(id));
+         },
+         "token that ends a completion (default: the tokenizer's eos in text and\n"
+         "chat modes; none for token ids)")
+      ->option_text("ID|none")
+      ->check(cli::expects("an integer in [0, 2147483647] or none", [](const std::string& id) {
+        std::int64_t v = 0;
+        return id == "none" || cli::parse_integer(id, 0, INT32_MAX, v);
+      }));
+  app.add_flag("--fp8-fast", a.fp8_fast,
+               "FP8 checkpoints: sum each 128-wide block of FP8 products in f32 on bf16\n"
+               "dot products (cpu::Fp8Accumulation::fast: faster prefill and decode on\n"
+               "AVX-512 hosts; logits within the documented tolerance of the default, exact\n"
+               "arithmetic; see docs/performance.md)");
+
+  app.option_defaults()->group("output");
+  app.add_flag("--quiet", a.quiet, "no model or timing lines on standard error");
+  cli::add_help(app, "this help");
+  cli::parse(app, argc, argv, g_process_rank == 0);
   try {
     a.gen.sampling.validate();
   } catch (const dsv32::Error& e) {
@@ -296,10 +250,7 @@ Arguments parse_arguments(int argc, char** argv) {
   if (a.replay_ids && a.world_size > 1) usage_error("--replay-ids replaces the model: it runs on one rank");
   if (a.prompt_ids && a.batch_file && *a.prompt_ids == "-" && *a.batch_file == "-")
     usage_error("standard input can be read once");
-#if defined(DSV32_GENERATE_WITH_TOKENIZER)
-  if (a.chat_format && !dsv32::chat_format_from_name(*a.chat_format))
-    usage_error("--chat-format: unknown format '" + *a.chat_format + "' (deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3)");
-#else
+#if !defined(DSV32_GENERATE_WITH_TOKENIZER)
   if (a.prompt_text || a.text || a.chat || a.tokenizer || a.thinking || a.chat_format)
     usage_error("text input (--prompt, --text, --chat, --tokenizer, --thinking, --chat-format) needs the tokenizer "
                 "component, which this build of dsv32-generate does not have (configure with PCRE2 and "

@@ -20,9 +20,10 @@
 // Hugging Face checkpoints and config.json files (HfCheckpointSource, read_hf_config).
 #include <dsv32/io/hf_checkpoint.hpp>
 
+#include "cli.hpp"
+
 #include <algorithm>
 #include <array>
-#include <charconv>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -54,41 +55,15 @@ constexpr const char* kUsage = R"(usage:
   dsv32-inspect (--preset NAME | --config FILE) [--batch B] [--seq-len L] [--tokens-per-call N]
                 [--cache-budget SIZE] [--page-size P] [--world-size W] [--json]
   dsv32-inspect --checkpoint PATH [--preset NAME | --config FILE] [--world-size W] [--limit N | --all] [--json]
-  dsv32-inspect --list-presets [--json]
+  dsv32-inspect --list-presets [--json])";
 
-Describes a DeepSeek-V3.2-Exp config without allocating its weights: shape fields, parameter
+constexpr const char* kDescription = R"(Describes a DeepSeek-V3.2-Exp config without allocating its weights: shape fields, parameter
 counts (total, activated per token, per component), weight bytes per dtype, KV and indexer cache
 bytes per token, and the memory plan (weights + caches + RoPE tables + forward scratch) of one
 model-parallel rank.
-With --checkpoint, checks that a checkpoint holds exactly the config's tensors instead.
+With --checkpoint, checks that a checkpoint holds exactly the config's tensors instead.)";
 
-  --preset NAME       a config compiled into dsv32 (see --list-presets)
-  --config FILE       a config.json (the reference's ModelArgs fields, or Hugging Face's); the
-                      compiled config it matches, if any, is named
-  --batch B           max_batch_size the caches are sized for (default: the config.json's, else 8)
-  --seq-len L         max_seq_len the caches and RoPE tables are sized for (default: the config.json's,
-                      else 16384)
-  --tokens-per-call N max_tokens_per_call: tokens per sequence one forward pass computes (longer
-                      prompts run in passes); sizes the forward scratch (default: max_seq_len)
-  --cache-budget SIZE the serving engine's page pool for this many bytes of cache (a number with an
-                      optional K, M, G or T suffix, powers of 1024): pages, positions and bytes
-  --page-size P       positions per page of that pool (default 64)
-  --world-size W      model-parallel ranks; figures are per rank (default 1; with --checkpoint: the
-                      world size of the model{rank}-mp{world}.safetensors files found; for a Hugging
-                      Face directory, each rank's slice as loading at world size W takes it)
-  --checkpoint PATH   a checkpoint directory in the reference's converted format (config.json and
-                      model{rank}-mp{world}.safetensors), or one .safetensors file),
-                      or a Hugging Face checkpoint directory (config.json, model.safetensors[.index.json]);
-                      reports the tensors present, missing, extra, and those with the wrong dtype
-                      or shape, compared with the tensor table of its config.json (or the config given)
-  --limit N           names listed per list with --checkpoint (default 10)
-  --all               list every name
-  --json              print one JSON object instead of text
-  --list-presets      list the compiled configs
-  -h, --help          this text
-
-Exit status: 0 success; 1 the checkpoint does not hold exactly the config's tensors; 2 an error.
-)";
+constexpr const char* kFooter = "Exit status: 0 success; 1 the checkpoint does not hold exactly the config's tensors; 2 an error.";
 
 /// Bad command-line arguments (exit 2, with a pointer to --help).
 struct UsageError : std::runtime_error {
@@ -109,7 +84,7 @@ struct Args {
   std::int64_t page_size = dsv32::kDefaultPageSize;
   std::optional<int> world_size;
   std::size_t limit = 10;
-  bool all = false, json = false, list_presets = false, help = false;
+  bool all = false, json = false, list_presets = false;
 };
 
 // Limits keep every product below (cache bytes, table bytes) representable; no real deployment nears them.
@@ -117,67 +92,58 @@ constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;
 constexpr std::int64_t kMaxSeqLen = 0x7fffffff;  // positions are 32-bit
 constexpr std::int64_t kMaxWorld = 1 << 16;
 
-std::int64_t parse_int(std::string_view flag, std::string_view text, std::int64_t lo, std::int64_t hi) {
-  std::int64_t v = 0;
-  const char* end = text.data() + text.size();
-  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
-  if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi)
-    usage_error("bad value '", text, "' for ", flag, ": expected an integer in [", lo, ", ", hi, "]");
-  return v;
-}
-
-// A byte count: digits with an optional K, M, G or T suffix (powers of 1024).
-std::size_t parse_bytes(std::string_view flag, std::string_view text) {
-  std::uint64_t scale = 1;
-  std::string_view digits = text;
-  if (!digits.empty()) {
-    const char suffix = digits.back();
-    const std::string_view units = "KMGT";
-    if (const auto u = units.find(static_cast<char>(suffix & ~0x20)); u != std::string_view::npos) {
-      scale = std::uint64_t{1} << (10 * (u + 1));
-      digits.remove_suffix(1);
-    }
-  }
-  const std::int64_t n = parse_int(flag, digits, 1, std::int64_t{1} << 50);
-  if (static_cast<std::uint64_t>(n) > (std::uint64_t{1} << 60) / scale)
-    usage_error("bad value '", text, "' for ", flag, ": more than 2^60 bytes");
-  return static_cast<std::size_t>(static_cast<std::uint64_t>(n) * scale);
-}
-
 Args parse_args(int argc, char** argv) {
+  namespace cli = dsv32::tools;
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    std::optional<std::string> inline_value;
-    if (flag.starts_with("--") && flag.find('=') != std::string::npos) {
-      inline_value = flag.substr(flag.find('=') + 1);
-      flag.resize(flag.find('='));
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *inline_value;
-      if (i + 1 >= argc) usage_error(flag, " needs a value");
-      return argv[++i];
-    };
-    auto no_value = [&] {
-      if (inline_value) usage_error(flag, " takes no value");
-    };
-    if (flag == "-h" || flag == "--help") no_value(), a.help = true;
-    else if (flag == "--json") no_value(), a.json = true;
-    else if (flag == "--all") no_value(), a.all = true;
-    else if (flag == "--list-presets") no_value(), a.list_presets = true;
-    else if (flag == "--preset") a.preset = value();
-    else if (flag == "--config") a.config = value();
-    else if (flag == "--checkpoint") a.checkpoint = value();
-    else if (flag == "--batch") a.batch = parse_int(flag, value(), 1, kMaxBatch);
-    else if (flag == "--seq-len") a.seq_len = parse_int(flag, value(), 1, kMaxSeqLen);
-    else if (flag == "--cache-budget") a.cache_budget = parse_bytes(flag, value());
-    else if (flag == "--page-size") a.page_size = parse_int(flag, value(), 1, std::int64_t{1} << 20);
-    else if (flag == "--tokens-per-call") a.tokens_per_call = parse_int(flag, value(), 1, kMaxSeqLen);
-    else if (flag == "--world-size") a.world_size = static_cast<int>(parse_int(flag, value(), 1, kMaxWorld));
-    else if (flag == "--limit") a.limit = static_cast<std::size_t>(parse_int(flag, value(), 0, 1 << 30));
-    else usage_error("unknown argument '", argv[i], "'");
-  }
-  if (a.help || a.list_presets) return a;
+  CLI::App app(kDescription, "dsv32-inspect");
+  cli::setup(app, kUsage, 22);
+  app.footer(kFooter);
+  const auto count = [](std::int64_t lo, std::int64_t hi, auto& target, const char* name, const char* text,
+                        const char* description, CLI::App& to) {
+    return to.add_option_function<std::int64_t>(name, [&target](std::int64_t v) { target = v; }, description)
+        ->option_text(text)
+        ->check(cli::integer(lo, hi));
+  };
+  app.add_option("--preset", a.preset, "a config compiled into dsv32 (see --list-presets)")->option_text("NAME");
+  app.add_option("--config", a.config,
+                 "a config.json (the reference's ModelArgs fields, or Hugging Face's); the\n"
+                 "compiled config it matches, if any, is named")
+      ->option_text("FILE");
+  count(1, kMaxBatch, a.batch, "--batch", "B",
+        "max_batch_size the caches are sized for (default: the config.json's, else 8)", app);
+  count(1, kMaxSeqLen, a.seq_len, "--seq-len", "L",
+        "max_seq_len the caches and RoPE tables are sized for (default: the config.json's,\n"
+        "else 16384)",
+        app);
+  count(1, kMaxSeqLen, a.tokens_per_call, "--tokens-per-call", "N",
+        "max_tokens_per_call: tokens per sequence one forward pass computes (longer\n"
+        "prompts run in passes); sizes the forward scratch (default: max_seq_len)",
+        app);
+  app.add_option("--cache-budget", a.cache_budget,
+                 "the serving engine's page pool for this many bytes of cache (a number with an\n"
+                 "optional K, M, G or T suffix, powers of 1024): pages, positions and bytes")
+      ->option_text("SIZE")
+      ->transform(cli::bytes(std::uint64_t{1} << 60, "2^60"));
+  count(1, std::int64_t{1} << 20, a.page_size, "--page-size", "P", "positions per page of that pool (default 64)", app);
+  count(1, kMaxWorld, a.world_size, "--world-size", "W",
+        "model-parallel ranks; figures are per rank (default 1; with --checkpoint: the\n"
+        "world size of the model{rank}-mp{world}.safetensors files found; for a Hugging\n"
+        "Face directory, each rank's slice as loading at world size W takes it)",
+        app);
+  app.add_option("--checkpoint", a.checkpoint,
+                 "a checkpoint directory in the reference's converted format (config.json and\n"
+                 "model{rank}-mp{world}.safetensors), or one .safetensors file),\n"
+                 "or a Hugging Face checkpoint directory (config.json, model.safetensors[.index.json]);\n"
+                 "reports the tensors present, missing, extra, and those with the wrong dtype\n"
+                 "or shape, compared with the tensor table of its config.json (or the config given)")
+      ->option_text("PATH");
+  count(0, 1 << 30, a.limit, "--limit", "N", "names listed per list with --checkpoint (default 10)", app);
+  app.add_flag("--all", a.all, "list every name");
+  app.add_flag("--json", a.json, "print one JSON object instead of text");
+  app.add_flag("--list-presets", a.list_presets, "list the compiled configs");
+  cli::add_help(app, "this text");
+  cli::parse(app, argc, argv);
+  if (a.list_presets) return a;
   if (!a.preset.empty() && !a.config.empty()) usage_error("give --preset or --config, not both");
   if (a.checkpoint.empty() && a.preset.empty() && a.config.empty())
     usage_error("nothing to inspect: give --preset NAME, --config FILE or --checkpoint PATH");
@@ -946,10 +912,6 @@ int main(int argc, char** argv) {
   Args args;
   try {
     args = parse_args(argc, argv);
-    if (args.help) {
-      std::cout << kUsage;
-      return 0;
-    }
     if (args.list_presets) return list_presets(args.json);
     const std::size_t limit = args.all ? std::numeric_limits<std::size_t>::max() : args.limit;
     if (!args.checkpoint.empty()) {
@@ -964,7 +926,7 @@ int main(int argc, char** argv) {
     else print_text(std::cout, r);
     return 0;
   } catch (const UsageError& e) {
-    std::cerr << "dsv32-inspect: " << e.what() << "\n(see dsv32-inspect --help)\n";
+    dsv32::tools::usage_error("dsv32-inspect", e.what());
   } catch (const dsv32::Error& e) {
     std::cerr << "dsv32-inspect: " << e.what() << '\n';
   } catch (const std::exception& e) {

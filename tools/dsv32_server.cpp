@@ -50,6 +50,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli.hpp"
+
 namespace fs = std::filesystem;
 using dsv32::openai::ApiError;
 using dsv32::openai::Json;
@@ -62,68 +64,21 @@ using Clock = std::chrono::steady_clock;
 constexpr std::uint64_t kRandomWeightSeed = 2025;  // dsv32-generate's embedded model's seed
 constexpr std::int64_t kRandomMaxSeqLen = 4096;
 
-constexpr std::string_view kUsage = R"(usage: dsv32-server [--model DIR | --random-weights PRESET] [options]
+constexpr std::string_view kUsage = "usage: dsv32-server [--model DIR | --random-weights PRESET] [options]";
 
-An OpenAI-compatible HTTP server (POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+constexpr std::string_view kDescription = R"(An OpenAI-compatible HTTP server (POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
 GET /health, GET /metrics) on dsv32's serving engine: continuous batching over a paged cache, prefix
 reuse. With no model argument it serves the demo model: DeepSeek's vocabulary, seeded random weights
 (gibberish text), DeepSeek-V3.2-Exp's tokenizer from the dsv32 source tree; no downloads. It prints
-"listening on http://HOST:PORT" when ready. Reference: docs/serving.md.
+"listening on http://HOST:PORT" when ready. Reference: docs/serving.md.)";
 
-model:
-  --model DIR            checkpoint directory (Hugging Face layout or the reference's converted
-                         format); the compiled config matching its config.json is served
-  --random-weights NAME  a preset with seeded random weights, for benchmarks: demo-fp8,
-                         deepseek-v3.2-671b-slice-fp8, deepseek-v3.2-671b-slice-bf16 (or any config
-                         name below)
-  --tokenizer DIR        tokenizer.json and tokenizer_config.json (default: DIR of --model when it
-                         holds them, else DeepSeek-V3.2-Exp's in the dsv32 source tree)
-  --chat-format F        deepseek-v3.2-exp | deepseek-v3.2 (| deepseek-v3); default: the tokenizer
-                         files' (a recognized template, or V3.2's encoding when there is none)
-  --served-model-name N  the name clients give as "model" (default: DIR's name, the preset's name, or
-                         dsv32-demo)
-  --max-seq-len N        context length (default: config.json's; random weights: 4096)
-  --fp8-fast             FP8 models: the fast accumulation mode (docs/performance.md)
-  --threads N            CPU threads of the model (default: the machine's cores)
-
-server:
-  --host H               address to listen on (default 127.0.0.1)
-  --port P               port (default 8000; 0: any free port, printed)
-  --api-key KEY          require "Authorization: Bearer KEY" on /v1/ routes (default: the
-                         DSV32_API_KEY environment variable; none when unset)
-  --max-body-bytes N     largest request body (default 8388608): larger ones get 413
-  --http-threads N       connections served at once (default: max-running + max-waiting + 16)
-  --shutdown-timeout S   on SIGINT/SIGTERM, seconds in-flight requests may take to finish before
-                         they are cancelled (default 30)
-
-engine:
-  --cache-memory BYTES   the paged cache's budget, e.g. 4G, 512M (default: max-running sequences of
-                         max-seq-len positions)
-  --page-size N          positions per cache page (default 64)
-  --max-running N        sequences per step (default 16)
-  --step-tokens N        tokens per step: decode tokens plus prefill chunks (default 512)
-  --max-waiting N        requests queued beyond the running ones before 429 (default 64)
-  --no-prefix-caching    do not share cached prompt prefixes between requests
-
-benchmark (--random-weights or --model; docs/serving.md "Benchmark"):
-  --bench C1,C2,...      run each concurrency against the engine directly, then through HTTP
-                         (streamed /v1/completions on loopback), print the figures and exit
-  --bench-prompt N       prompt tokens per request (default 64)
-  --bench-output N       completion tokens per request (default 32)
-  --bench-requests N     requests per concurrency level and round (default: max(concurrency, 4))
-  --bench-rounds N       rounds per concurrency level, the two paths in ABBA order so that a
-                         machine that slows down or speeds up weighs on both alike (default 2)
-
-  --help                 this help
-
-Exit status: 0 after a clean shutdown (SIGINT, SIGTERM), 1 when the model or the port fails, 2 for
+constexpr std::string_view kFooter = R"(Exit status: 0 after a clean shutdown (SIGINT, SIGTERM), 1 when the model or the port fails, 2 for
 bad arguments.
 
 examples:
   dsv32-server
   dsv32-server --model /models/DeepSeek-V3.2-Exp --port 8000 --api-key secret
-  dsv32-server --random-weights deepseek-v3.2-671b-slice-fp8 --bench 1,8,32
-)";
+  dsv32-server --random-weights deepseek-v3.2-671b-slice-fp8 --bench 1,8,32)";
 
 // ------------------------------------------------------------------ arguments
 
@@ -145,114 +100,107 @@ struct Arguments {
   std::int64_t bench_prompt = 64, bench_output = 32, bench_requests = 0, bench_rounds = 2;
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "dsv32-server: " << message << "\n(run dsv32-server --help for usage)\n";
-  std::exit(2);
-}
+[[noreturn]] void usage_error(const std::string& message) { dsv32::tools::usage_error("dsv32-server", message); }
 
-std::int64_t parse_int(const std::string& flag, const std::string& s, std::int64_t lo, std::int64_t hi) {
-  std::size_t used = 0;
-  long long v = 0;
-  try {
-    v = std::stoll(s, &used);
-  } catch (const std::exception&) {
-    used = 0;
+// "1,8,32": the concurrencies of --bench (each in [1, 4096]); empty when `list` is not such a list.
+std::vector<std::int64_t> parse_concurrencies(const std::string& list) {
+  std::vector<std::int64_t> out;
+  std::stringstream items(list);
+  for (std::string item; std::getline(items, item, ',');) {
+    std::int64_t n = 0;
+    if (!dsv32::tools::parse_integer(item, 1, 4096, n)) return {};
+    out.push_back(n);
   }
-  if (used == 0 || used != s.size() || v < lo || v > hi)
-    usage_error(flag + " expects an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s + "'");
-  return v;
-}
-
-// "4G", "512M", "1048576": bytes (binary multiples).
-std::size_t parse_bytes(const std::string& flag, const std::string& s) {
-  std::string digits = s;
-  std::size_t unit = 1;
-  if (!s.empty()) {
-    const char c = static_cast<char>(std::toupper(static_cast<unsigned char>(s.back())));
-    const std::size_t shift = c == 'K' ? 10 : c == 'M' ? 20 : c == 'G' ? 30 : c == 'T' ? 40 : 0;
-    if (shift > 0) {
-      unit = std::size_t{1} << shift;
-      digits.pop_back();
-    }
-  }
-  const std::int64_t n = parse_int(flag, digits, 1, std::int64_t{1} << 40);
-  return static_cast<std::size_t>(n) * unit;
+  return out;
 }
 
 Arguments parse_arguments(int argc, char** argv) {
+  namespace cli = dsv32::tools;
   Arguments a;
   constexpr std::int64_t kMax = std::int64_t{1} << 30;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << kUsage;
-      std::exit(0);
-    } else if (arg == "--model") {
-      a.model = value();
-    } else if (arg == "--random-weights") {
-      a.random_weights = value();
-    } else if (arg == "--tokenizer") {
-      a.tokenizer = value();
-    } else if (arg == "--chat-format") {
-      const std::string f = value();
-      a.chat_format = dsv32::chat_format_from_name(f);
-      if (!a.chat_format) usage_error("--chat-format expects deepseek-v3.2-exp, deepseek-v3.2 or deepseek-v3, got '" + f + "'");
-    } else if (arg == "--served-model-name") {
-      a.served_model_name = value();
-      if (a.served_model_name->empty()) usage_error("--served-model-name must not be empty");
-    } else if (arg == "--max-seq-len") {
-      a.max_seq_len = parse_int(arg, value(), 2, dsv32::RuntimeOptions::kMaxSeqLen);
-    } else if (arg == "--fp8-fast") {
-      a.fp8_fast = true;
-    } else if (arg == "--threads") {
-      a.threads = static_cast<int>(parse_int(arg, value(), 1, 4096));
-    } else if (arg == "--host") {
-      a.host = value();
-    } else if (arg == "--port") {
-      a.port = static_cast<int>(parse_int(arg, value(), 0, 65535));
-    } else if (arg == "--api-key") {
-      a.api_key = value();
-      if (a.api_key->empty()) usage_error("--api-key must not be empty");
-    } else if (arg == "--max-body-bytes") {
-      a.max_body_bytes = static_cast<std::size_t>(parse_int(arg, value(), 1024, std::int64_t{1} << 34));
-    } else if (arg == "--http-threads") {
-      a.http_threads = parse_int(arg, value(), 1, 65536);
-    } else if (arg == "--shutdown-timeout") {
-      a.shutdown_timeout = static_cast<double>(parse_int(arg, value(), 0, 86400));
-    } else if (arg == "--cache-memory") {
-      a.cache_bytes = parse_bytes(arg, value());
-    } else if (arg == "--page-size") {
-      a.page_size = parse_int(arg, value(), 1, 1 << 20);
-    } else if (arg == "--max-running") {
-      a.max_running = parse_int(arg, value(), 1, dsv32::RuntimeOptions::kMaxBatchSize);
-    } else if (arg == "--step-tokens") {
-      a.step_tokens = parse_int(arg, value(), 1, std::int64_t{1} << 24);
-    } else if (arg == "--max-waiting") {
-      a.max_waiting = parse_int(arg, value(), 0, kMax);
-    } else if (arg == "--no-prefix-caching") {
-      a.prefix_caching = false;
-    } else if (arg == "--scripted-output") {  // tests only: see ServedModel
-      a.scripted_output = value();
-    } else if (arg == "--bench") {
-      std::stringstream list(value());
-      for (std::string item; std::getline(list, item, ',');) a.bench.push_back(parse_int(arg, item, 1, 4096));
-      if (a.bench.empty()) usage_error("--bench expects concurrencies, e.g. 1,8,32");
-    } else if (arg == "--bench-prompt") {
-      a.bench_prompt = parse_int(arg, value(), 1, kMax);
-    } else if (arg == "--bench-output") {
-      a.bench_output = parse_int(arg, value(), 1, kMax);
-    } else if (arg == "--bench-requests") {
-      a.bench_requests = parse_int(arg, value(), 1, kMax);
-    } else if (arg == "--bench-rounds") {
-      a.bench_rounds = parse_int(arg, value(), 1, 1000);
-    } else {
-      usage_error("unknown argument '" + arg + "'");
-    }
-  }
+  CLI::App app(std::string(kDescription), "dsv32-server");
+  cli::setup(app, std::string(kUsage), 25);
+  app.footer(std::string(kFooter));
+  const auto count = [&app](const char* name, std::int64_t lo, std::int64_t hi, auto& target, const char* value_name,
+                            const char* description) {
+    return app.add_option(name, target, description)->option_text(value_name)->check(cli::integer(lo, hi));
+  };
+
+  app.option_defaults()->group("model");
+  cli::add_optional(app, "--model", a.model, "DIR",
+                    "checkpoint directory (Hugging Face layout or the reference's converted\n"
+                    "format); the compiled config matching its config.json is served");
+  cli::add_optional(app, "--random-weights", a.random_weights, "NAME",
+                    "a preset with seeded random weights, for benchmarks: demo-fp8,\n"
+                    "deepseek-v3.2-671b-slice-fp8, deepseek-v3.2-671b-slice-bf16 (or any config\n"
+                    "name below)");
+  cli::add_optional(app, "--tokenizer", a.tokenizer, "DIR",
+                    "tokenizer.json and tokenizer_config.json (default: DIR of --model when it\n"
+                    "holds them, else DeepSeek-V3.2-Exp's in the dsv32 source tree)");
+  app.add_option_function<std::string>(
+         "--chat-format", [&](const std::string& name) { a.chat_format = dsv32::chat_format_from_name(name); },
+         "deepseek-v3.2-exp | deepseek-v3.2 (| deepseek-v3); default: the tokenizer\n"
+         "files' (a recognized template, or V3.2's encoding when there is none)")
+      ->option_text("F")
+      ->check(cli::chat_format());
+  cli::add_optional(app, "--served-model-name", a.served_model_name, "N",
+                    "the name clients give as \"model\" (default: DIR's name, the preset's name, or\n"
+                    "dsv32-demo)")
+      ->check(cli::non_empty());
+  cli::add_optional(app, "--max-seq-len", a.max_seq_len, "N", "context length (default: config.json's; random weights: 4096)")
+      ->check(cli::integer(2, dsv32::RuntimeOptions::kMaxSeqLen));
+  app.add_flag("--fp8-fast", a.fp8_fast, "FP8 models: the fast accumulation mode (docs/performance.md)");
+  count("--threads", 1, 4096, a.threads, "N", "CPU threads of the model (default: the machine's cores)");
+
+  app.option_defaults()->group("server");
+  app.add_option("--host", a.host, "address to listen on (default 127.0.0.1)")->option_text("H");
+  count("--port", 0, 65535, a.port, "P", "port (default 8000; 0: any free port, printed)");
+  cli::add_optional(app, "--api-key", a.api_key, "KEY",
+                    "require \"Authorization: Bearer KEY\" on /v1/ routes (default: the\n"
+                    "DSV32_API_KEY environment variable; none when unset)")
+      ->check(cli::non_empty());
+  count("--max-body-bytes", 1024, std::int64_t{1} << 34, a.max_body_bytes, "N",
+        "largest request body (default 8388608): larger ones get 413");
+  count("--http-threads", 1, 65536, a.http_threads, "N",
+        "connections served at once (default: max-running + max-waiting + 16)");
+  count("--shutdown-timeout", 0, 86400, a.shutdown_timeout, "S",
+        "on SIGINT/SIGTERM, seconds in-flight requests may take to finish before\n"
+        "they are cancelled (default 30)");
+
+  app.option_defaults()->group("engine");
+  app.add_option_function<std::uint64_t>(
+         "--cache-memory", [&](std::uint64_t bytes) { a.cache_bytes = static_cast<std::size_t>(bytes); },
+         "the paged cache's budget, e.g. 4G, 512M (default: max-running sequences of\n"
+         "max-seq-len positions)")
+      ->option_text("BYTES")
+      ->transform(cli::bytes(std::uint64_t{1} << 60, "2^60"));
+  count("--page-size", 1, 1 << 20, a.page_size, "N", "positions per cache page (default 64)");
+  count("--max-running", 1, dsv32::RuntimeOptions::kMaxBatchSize, a.max_running, "N", "sequences per step (default 16)");
+  count("--step-tokens", 1, std::int64_t{1} << 24, a.step_tokens, "N",
+        "tokens per step: decode tokens plus prefill chunks (default 512)");
+  count("--max-waiting", 0, kMax, a.max_waiting, "N", "requests queued beyond the running ones before 429 (default 64)");
+  app.add_flag_callback("--no-prefix-caching", [&] { a.prefix_caching = false; },
+                        "do not share cached prompt prefixes between requests");
+  cli::add_optional(app, "--scripted-output", a.scripted_output, "FILE", "tests only: see ServedModel")->group("");  // (not in --help)
+
+  app.option_defaults()->group("benchmark (--random-weights or --model; docs/serving.md \"Benchmark\")");
+  app.add_option_function<std::string>(
+         "--bench", [&](const std::string& list) { a.bench = parse_concurrencies(list); },
+         "run each concurrency against the engine directly, then through HTTP\n"
+         "(streamed /v1/completions on loopback), print the figures and exit")
+      ->option_text("C1,C2,...")
+      ->check(cli::expects("concurrencies in [1, 4096] separated by commas, e.g. 1,8,32",
+                           [](const std::string& list) { return !parse_concurrencies(list).empty(); }));
+  count("--bench-prompt", 1, kMax, a.bench_prompt, "N", "prompt tokens per request (default 64)");
+  count("--bench-output", 1, kMax, a.bench_output, "N", "completion tokens per request (default 32)");
+  count("--bench-requests", 1, kMax, a.bench_requests, "N",
+        "requests per concurrency level and round (default: max(concurrency, 4))");
+  count("--bench-rounds", 1, 1000, a.bench_rounds, "N",
+        "rounds per concurrency level, the two paths in ABBA order so that a\n"
+        "machine that slows down or speeds up weighs on both alike (default 2)");
+
+  cli::add_help(app, "this help", "other");
+  cli::parse(app, argc, argv);
   if (a.model && a.random_weights) usage_error("give --model or --random-weights, not both");
   if (a.step_tokens < a.max_running)
     usage_error("--step-tokens (" + std::to_string(a.step_tokens) + ") must be >= --max-running (" +

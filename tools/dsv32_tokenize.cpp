@@ -16,51 +16,20 @@
 
 #include "dsv32/tokenizer.hpp"
 
+#include "cli.hpp"
+
 namespace {
 
-constexpr std::string_view usage = R"(usage: dsv32-tokenize [--tokenizer DIR] [--chat-format NAME] [MODE] [--text TEXT]
+constexpr std::string_view kUsage =
+    "usage: dsv32-tokenize [--tokenizer DIR] [--chat-format NAME] [MODE] [--text TEXT]";
 
-Reads TEXT (or standard input) and writes the result to standard output.
+constexpr std::string_view kDescription =
+    R"(Reads TEXT (or standard input) and writes the result to standard output. With no mode it encodes
+the text and prints the token ids as a JSON array.)";
 
-modes:
-  (default)        encode the text; prints the token ids as a JSON array
-  --decode         the input is a JSON array of token ids; prints their text
-  --chat           the input is a conversation; prints the prompt rendered in the chat format
-                   (with --ids, its token ids). DeepSeek-V3.2: a JSON object {"messages": [...],
-                   "thinking_mode": "chat"|"thinking", "drop_thinking": true|false}; messages
-                   {"role": "system"|"developer"|"user"|"assistant"|"tool", "content": "...",
-                   "reasoning_content": "...", "tool_calls": [...], "tools": [...],
-                   "response_format": {...}}, as the model's encoding_dsv32.py reads them.
-                   DeepSeek-V3.2-Exp and V3: {"messages": [...], "add_generation_prompt":
-                   true|false, "thinking": true|false}; messages {"role": "system"|"user"|
-                   "assistant"|"tool", "content": "..."}; an assistant message may add
-                   "tool_calls": [{"type": "function", "function": {"name": "...", "arguments":
-                   "<JSON text>"}}, ...] (its content may then be null) and "prefix": true
-  --parse          the input is a completion (the model's output after the prompt; with --ids,
-                   a JSON array of its token ids); prints the assistant message as JSON
-                   {"role", "content", "reasoning_content", "tool_calls"}. A completion that
-                   breaks the format is an error
-
-options:
-  --tokenizer DIR  directory holding tokenizer.json and tokenizer_config.json (default: the
-                   environment variable DSV32_TOKENIZER_DIR, else the DeepSeek-V3.2-Exp
-                   tokenizer vendored in the dsv32 source tree, when present)
-  --chat-format NAME  deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3 (default: the tokenizer's:
-                   its chat_template's model, DeepSeek-V3.2 when tokenizer_config.json has no
-                   template or an encoding/ folder is beside it). DeepSeek-V3.2-Speciale uses
-                   deepseek-v3.2 in thinking mode
-  --thinking-mode chat|thinking  parse: whether the prompt ended in thinking mode (default chat)
-  --text TEXT      use TEXT as input instead of standard input
-  --add-special    encode: prepend bos as tokenizer_config.json's add_bos_token says
-  --skip-special   decode: leave out special tokens (bos, eos, ...)
-  --ids            chat: print the prompt's token ids (JSON array) instead of its text;
-                   parse: the input is token ids
-  --help           print this help
-
-Ids are printed as one JSON array followed by a newline; text is printed exactly, with no newline
+constexpr std::string_view kFooter = R"(Ids are printed as one JSON array followed by a newline; text is printed exactly, with no newline
 added; a parsed message as one line of JSON (as Python's json.dumps writes it) and a newline.
-Errors go to standard error, with exit status 1 (2 for bad arguments).
-)";
+Errors go to standard error, with exit status 1 (2 for bad arguments).)";
 
 struct Arguments {
   std::optional<std::string> tokenizer_dir;
@@ -75,52 +44,60 @@ struct Arguments {
   bool ids = false;
 };
 
-[[noreturn]] void usage_error(const std::string& message) {
-  std::cerr << "dsv32-tokenize: " << message << "\n(run dsv32-tokenize --help for usage)\n";
-  std::exit(2);
-}
+[[noreturn]] void usage_error(const std::string& message) { dsv32::tools::usage_error("dsv32-tokenize", message); }
 
 Arguments parse_arguments(int argc, char** argv) {
   Arguments args;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(std::string(arg) + " needs a value");
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      std::cout << usage;
-      std::exit(0);
-    } else if (arg == "--tokenizer") {
-      args.tokenizer_dir = value();
-    } else if (arg == "--text") {
-      args.text = value();
-    } else if (arg == "--decode") {
-      args.decode = true;
-    } else if (arg == "--chat") {
-      args.chat = true;
-    } else if (arg == "--parse") {
-      args.parse = true;
-    } else if (arg == "--chat-format") {
-      const std::string name = value();
-      args.chat_format = dsv32::chat_format_from_name(name);
-      if (!args.chat_format) {
-        usage_error("--chat-format: unknown format '" + name + "' (deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3)");
-      }
-    } else if (arg == "--thinking-mode") {
-      const std::string mode = value();
-      if (mode != "chat" && mode != "thinking") usage_error("--thinking-mode: expected chat or thinking, got '" + mode + "'");
-      args.thinking = mode == "thinking";
-    } else if (arg == "--add-special") {
-      args.add_special = true;
-    } else if (arg == "--skip-special") {
-      args.skip_special = true;
-    } else if (arg == "--ids") {
-      args.ids = true;
-    } else {
-      usage_error("unknown argument '" + std::string(arg) + "'");
-    }
-  }
+  CLI::App app(std::string(kDescription), "dsv32-tokenize");
+  dsv32::tools::setup(app, std::string(kUsage), 19);
+  app.footer(std::string(kFooter));
+  // modes (none: encode)
+  app.add_flag("--decode", args.decode, "the input is a JSON array of token ids; prints their text")->group("modes");
+  app.add_flag("--chat", args.chat,
+               "the input is a conversation; prints the prompt rendered in the chat format\n"
+               "(with --ids, its token ids). DeepSeek-V3.2: a JSON object {\"messages\": [...],\n"
+               "\"thinking_mode\": \"chat\"|\"thinking\", \"drop_thinking\": true|false}; messages\n"
+               "{\"role\": \"system\"|\"developer\"|\"user\"|\"assistant\"|\"tool\", \"content\": \"...\",\n"
+               "\"reasoning_content\": \"...\", \"tool_calls\": [...], \"tools\": [...],\n"
+               "\"response_format\": {...}}, as the model's encoding_dsv32.py reads them.\n"
+               "DeepSeek-V3.2-Exp and V3: {\"messages\": [...], \"add_generation_prompt\":\n"
+               "true|false, \"thinking\": true|false}; messages {\"role\": \"system\"|\"user\"|\n"
+               "\"assistant\"|\"tool\", \"content\": \"...\"}; an assistant message may add\n"
+               "\"tool_calls\": [{\"type\": \"function\", \"function\": {\"name\": \"...\", \"arguments\":\n"
+               "\"<JSON text>\"}}, ...] (its content may then be null) and \"prefix\": true")
+      ->group("modes");
+  app.add_flag("--parse", args.parse,
+               "the input is a completion (the model's output after the prompt; with --ids,\n"
+               "a JSON array of its token ids); prints the assistant message as JSON\n"
+               "{\"role\", \"content\", \"reasoning_content\", \"tool_calls\"}. A completion that\n"
+               "breaks the format is an error")
+      ->group("modes");
+  // options
+  dsv32::tools::add_optional(app, "--tokenizer", args.tokenizer_dir, "DIR",
+                             "directory holding tokenizer.json and tokenizer_config.json (default: the\n"
+                             "environment variable DSV32_TOKENIZER_DIR, else the DeepSeek-V3.2-Exp\n"
+                             "tokenizer vendored in the dsv32 source tree, when present)");
+  app.add_option_function<std::string>(
+         "--chat-format", [&](const std::string& name) { args.chat_format = dsv32::chat_format_from_name(name); },
+         "deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3 (default: the tokenizer's:\n"
+         "its chat_template's model, DeepSeek-V3.2 when tokenizer_config.json has no\n"
+         "template or an encoding/ folder is beside it). DeepSeek-V3.2-Speciale uses\n"
+         "deepseek-v3.2 in thinking mode")
+      ->option_text("NAME")
+      ->check(dsv32::tools::chat_format());
+  app.add_option_function<std::string>(
+         "--thinking-mode", [&](const std::string& mode) { args.thinking = mode == "thinking"; },
+         "parse: whether the prompt ended in thinking mode (default chat)")
+      ->option_text("chat|thinking")
+      ->check(dsv32::tools::one_of({"chat", "thinking"}));
+  dsv32::tools::add_optional(app, "--text", args.text, "TEXT", "use TEXT as input instead of standard input");
+  app.add_flag("--add-special", args.add_special, "encode: prepend bos as tokenizer_config.json's add_bos_token says");
+  app.add_flag("--skip-special", args.skip_special, "decode: leave out special tokens (bos, eos, ...)");
+  app.add_flag("--ids", args.ids,
+               "chat: print the prompt's token ids (JSON array) instead of its text;\n"
+               "parse: the input is token ids");
+  dsv32::tools::add_help(app);
+  dsv32::tools::parse(app, argc, argv);
   if (args.decode + args.chat + args.parse > 1) usage_error("--decode, --chat and --parse exclude each other");
   if (args.skip_special && !args.decode) usage_error("--skip-special applies to --decode only");
   if (args.ids && !args.chat && !args.parse) usage_error("--ids applies to --chat and --parse only");

@@ -166,13 +166,13 @@ elseif(CASE STREQUAL "golden_batch_stdin")
 
 elseif(CASE STREQUAL "bad_arguments")
   run(RC 2 ARGS --bogus STDERR "unknown argument '--bogus'" "--help for usage")
-  run(RC 2 ARGS --max-new-tokens STDERR "--max-new-tokens needs a value")
-  run(RC 2 ARGS --max-new-tokens ten STDERR "--max-new-tokens expects an integer")
-  run(RC 2 ARGS --max-new-tokens -3 STDERR "--max-new-tokens expects an integer in \\[0,")
+  run(RC 2 ARGS --max-new-tokens STDERR "--max-new-tokens: needs a value")
+  run(RC 2 ARGS --max-new-tokens ten STDERR "--max-new-tokens: expects an integer in \\[0, 1099511627776\\], got 'ten'")
+  run(RC 2 ARGS --max-new-tokens -3 STDERR "--max-new-tokens: expects an integer in \\[0,")
   run(RC 2 ARGS --temperature -1 STDERR "temperature must be finite and >= 0")
   run(RC 2 ARGS --top-p 0 STDERR "top_p must be in \\(0, 1\\]")
-  run(RC 2 ARGS --top-k -1 STDERR "--top-k expects an integer")
-  run(RC 2 ARGS --seed x STDERR "--seed expects a non-negative integer")
+  run(RC 2 ARGS --top-k -1 STDERR "--top-k: expects an integer")
+  run(RC 2 ARGS --seed x STDERR "--seed: expects a non-negative 64-bit integer, got 'x'")
   run(RC 2 ARGS --prompt-ids "1 2" --batch-file f STDERR "give one input")
   run(RC 1 ARGS --prompt-ids "1 x" STDERR "--prompt-ids: 'x' \\(id 2\\) is not a token id: expected a decimal integer")
   run(RC 1 ARGS --prompt-ids "1 -5" STDERR "'-5' \\(id 2\\) is not a token id")
@@ -193,7 +193,7 @@ elseif(CASE STREQUAL "world_size")
   run(RC 1 ARGS --world-size 2 --checkpoint "${golden}/tiny_bf16" --prompt-ids "1 2"
       STDERR "rank 0 of 2 failed loading the model \\(rank 1 failed too\\): n_heads \\(3\\) must be divisible by the world size \\(2\\)")
   run(RC 1 ARGS --world-size 2 --prompt-ids "1 x" STDERR "'x' \\(id 2\\) is not a token id")
-  run(RC 2 ARGS --world-size 0 STDERR "--world-size expects an integer in \\[1, 1024\\]")
+  run(RC 2 ARGS --world-size 0 STDERR "--world-size: expects an integer in \\[1, 1024\\]")
   run(RC 2 ARGS --world-size 2 --replay-ids "${WORK_DIR}/batch.txt" STDERR "--replay-ids replaces the model")
 
 elseif(CASE STREQUAL "bad_files")
@@ -398,7 +398,7 @@ Both done.
   file(COPY "${tokenizer}/tokenizer.json" "${tokenizer}/tokenizer_config.json" DESTINATION "${WORK_DIR}/v3_2")
   run(RC 0 ARGS --prompt "Weather in Paris?" --tokenizer "${WORK_DIR}/v3_2" --thinking --replay-ids "${WORK_DIR}/replies.txt"
       --quiet STDOUT "^<think>I should call the weather tool first.</think>\nLet me check.\n{\"function\":")
-  run(RC 2 ARGS --chat --chat-format deepseek-v4 STDERR "--chat-format: unknown format 'deepseek-v4'")
+  run(RC 2 ARGS --chat --chat-format deepseek-v4 STDERR "--chat-format: expects deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3, got 'deepseek-v4'")
 
 elseif(CASE STREQUAL "text_prompt")
   # --prompt renders the chat template; --raw encodes the text alone (with bos). Each prints exactly

@@ -52,12 +52,14 @@ if [[ ! -e "$work/mp2" ]]; then pass; else failed "a refused conversion wrote $w
 check_fails "n-experts" 1 "--n-experts is 16" "$tool" --hf-ckpt-path "$work/hf" --save-path "$work/x" --model-parallel 1 --n-experts 16
 check_fails "same directory" 1 "is the input checkpoint directory" \
   "$tool" --hf-ckpt-path "$work/hf" --save-path "$work/hf" --model-parallel 1
-check_fails "not a number" 2 "--model-parallel needs a positive integer, got 'two'" \
+check_fails "not a number" 2 "--model-parallel: expects an integer in [1, 1048576], got 'two'" \
   "$tool" --hf-ckpt-path "$work/hf" --save-path "$work/x" --model-parallel two
-check_fails "zero" 2 "needs a positive integer" "$tool" --hf-ckpt-path "$work/hf" --save-path "$work/x" --model-parallel 0
+check_fails "zero" 2 "--model-parallel: expects an integer in [1, 1048576], got '0'" "$tool" --hf-ckpt-path "$work/hf" --save-path "$work/x" --model-parallel 0
 check_fails "missing flag" 2 "--save-path is required" "$tool" --hf-ckpt-path "$work/hf" --model-parallel 1
 check_fails "unknown flag" 2 "unknown argument '--fast'" "$tool" --fast
-check_fails "no value" 2 "--save-path needs a value" "$tool" --hf-ckpt-path "$work/hf" --save-path
+check_fails "unknown flag after others" 2 "unknown argument '--fast'" "$tool" --hf-ckpt-path "$work/hf" --fast
+check_fails "stray argument" 2 "unknown argument 'extra'" "$tool" --hf-ckpt-path "$work/hf" --save-path "$work/x" --model-parallel 1 extra
+check_fails "no value" 2 "--save-path: needs a value" "$tool" --hf-ckpt-path "$work/hf" --save-path
 
 rm -rf "$work"
 echo "dsv32-convert tool test: $passes passed, $failures failed"

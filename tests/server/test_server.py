@@ -1022,12 +1022,15 @@ class cli(unittest.TestCase):
         for flag in ("--model", "--random-weights", "--host", "--port", "--api-key", "--served-model-name",
                      "--chat-format", "--cache-memory", "--step-tokens", "--max-running", "--threads", "--bench"):
             self.assertIn(flag, r.stdout)
-        for args, message in ((["--bogus"], "unknown argument '--bogus'"), (["--port", "x"], "--port expects an integer"),
-                              (["--port", "70000"], "--port expects an integer in [0, 65535]"),
-                              (["--chat-format", "llama"], "--chat-format expects"),
+        for args, message in ((["--bogus"], "unknown argument '--bogus'"), (["--port", "x"], "--port: expects an integer"),
+                              (["--port", "70000"], "--port: expects an integer in [0, 65535], got '70000'"),
+                              (["--port"], "--port: needs a value"),
+                              (["--chat-format", "llama"], "--chat-format: expects"),
                               (["--model", "a", "--random-weights", "demo-fp8"], "not both"),
                               (["--max-running", "8", "--step-tokens", "4"], "--step-tokens (4) must be >= --max-running (8)"),
-                              (["--cache-memory", "lots"], "--cache-memory expects an integer")):
+                              (["--cache-memory", "lots"], "--cache-memory: expects a byte count"),
+                              (["--bench", "1,x"], "--bench: expects concurrencies"),
+                              (["--api-key", ""], "--api-key: must not be empty")):
             r = self.run_server(*args)
             self.assertEqual(r.returncode, 2, args)
             self.assertIn(message, r.stderr)

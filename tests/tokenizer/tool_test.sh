@@ -100,7 +100,7 @@ check "help text" "yes" "$(ok --help | grep -q -- '--tokenizer DIR' && echo yes)
 
 # errors: message on stderr, non-zero status
 check_fails "unknown argument" "unknown argument '--frobnicate'" "$tool" --tokenizer "$dir" --frobnicate
-check_fails "missing value" "--tokenizer needs a value" "$tool" --tokenizer
+check_fails "missing value" "--tokenizer: needs a value" "$tool" --tokenizer
 check_fails "missing dir" "no such file" "$tool" --tokenizer "$dir/does-not-exist" --text x
 check_fails "decode bad json" "input is not valid JSON" "$tool" --tokenizer "$dir" --decode --text '[1, 2'
 check_fails "decode not ids" "element 1 of the id array is not a 32-bit integer" "$tool" --tokenizer "$dir" --decode --text '[1, "x"]'
@@ -220,7 +220,7 @@ v32_fails "v3.2 chat: tool without a call" 'message 1 (role "tool"): a tool mess
 v32_fails "v3.2 chat: bad thinking_mode" '"thinking_mode" must be "chat" or "thinking", found true' \
   '{"messages": [], "thinking_mode": true}' --chat
 v32_fails "v3.2 parse: no eos" 'DeepSeek-V3.2 completion: invalid summary format at byte 5' 'Hello' --parse
-check_fails "unknown chat format" "--chat-format: unknown format 'deepseek-v4'" "$tool" --chat-format deepseek-v4 --chat
+check_fails "unknown chat format" "--chat-format: expects deepseek-v3.2, deepseek-v3.2-exp or deepseek-v3, got 'deepseek-v4'" "$tool" --chat-format deepseek-v4 --chat
 check_fails "thinking mode without parse" "--thinking-mode applies to --parse" "$tool" --thinking-mode thinking --chat
 check_fails "chat and parse" "--decode, --chat and --parse exclude each other" "$tool" --chat --parse
 
