@@ -20,7 +20,7 @@ set(DSV32_TEST_PYTHON "${PROJECT_SOURCE_DIR}/.venv/bin/python"
     CACHE FILEPATH "Python with the openai client for the server tests (scripts/setup.sh makes this virtual environment)")
 # group -> seconds allowed (the demo model under the sanitizers is several times slower)
 set(_dsv32_server_groups models=120 chat=180 completions=180 errors=180 scripted=180 concurrency=240 load=300
-    disconnect=120 faults=180 shutdown=180 checkpoint=120 cli=120)
+    disconnect=120 faults=180 shutdown=300 checkpoint=120 cli=120)
 foreach(entry IN LISTS _dsv32_server_groups)
   string(REPLACE "=" ";" entry "${entry}")
   list(GET entry 0 group)
