@@ -113,13 +113,17 @@ void check_scenario_exact(const std::string& name) {
     exact_calls += d.identical();
     if (index == 0) {
       std::int64_t compared = 0;
-      for (const auto& [key, ours] : rec.activations) {
+      for (const auto& entry : rec.activations) {  // no structured binding: clang 14 cannot capture one
+        const std::string& key = entry.first;
+        const auto& ours = entry.second;
         const BitDiff a = bit_diff(ours, read_f32(*expected, key));
         CHECK_MESSAGE(a.identical(), a.describe(name + " " + key));
         ++compared;
       }
       CHECK(compared == 1 + 3 * Config::n_layers);
-      for (const auto& [layer, ours_w] : rec.gate_weights) {
+      for (const auto& entry : rec.gate_weights) {
+        const auto layer = entry.first;
+        const auto& ours_w = entry.second;
         const std::string base = "prefill.layers." + std::to_string(layer);
         const auto ref_e = read_i64(*expected, base + ".gate_indices");
         const auto ref_w = read_f32(*expected, base + ".gate_weights");

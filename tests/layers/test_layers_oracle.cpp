@@ -196,7 +196,9 @@ void check_gate(const OracleLayers<Config>& o, const dsv32::testing::detail::Rec
     }
     CAPTURE(r);
     REQUIRE(want.size() == k);
-    for (const auto& [e, w] : want) {
+    for (const auto& entry : want) {  // no structured binding: clang 14 cannot capture one
+      const std::int64_t e = entry.first;
+      const float w = entry.second;
       REQUIRE_MESSAGE(got.count(e), o.scenario, " ", prefix, ": expert ", e, " not chosen");
       worst = std::max(worst, ulps(got[e], w));
     }
