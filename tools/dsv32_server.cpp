@@ -119,7 +119,7 @@ Arguments parse_arguments(int argc, char** argv) {
   Arguments a;
   constexpr std::int64_t kMax = std::int64_t{1} << 30;
   CLI::App app(std::string(kDescription), "dsv32-server");
-  cli::setup(app, std::string(kUsage), 25);
+  cli::setup(app, std::string(kUsage), 27);
   app.footer(std::string(kFooter));
   const auto count = [&app](const char* name, std::int64_t lo, std::int64_t hi, auto& target, const char* value_name,
                             const char* description) {
@@ -130,7 +130,7 @@ Arguments parse_arguments(int argc, char** argv) {
   cli::add_optional(app, "--model", a.model, "DIR",
                     "checkpoint directory (Hugging Face layout or the reference's converted\n"
                     "format); the compiled config matching its config.json is served");
-  cli::add_optional(app, "--random-weights", a.random_weights, "NAME",
+  cli::add_optional(app, "--random-weights", a.random_weights, "PRESET",
                     "a preset with seeded random weights, for benchmarks: demo-fp8,\n"
                     "deepseek-v3.2-671b-slice-fp8, deepseek-v3.2-671b-slice-bf16 (or any config\n"
                     "name below)");
