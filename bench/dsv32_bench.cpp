@@ -170,12 +170,12 @@ std::vector<double> interleaved_medians_s(int reps, const std::vector<std::funct
   return m;
 }
 
-/// f() run in the FP8 accumulation mode `mode`, the process's mode restored after.
-std::function<void()> in_mode(cpu::Fp8Accumulation mode, std::function<void()> f) {
-  return [mode, f = std::move(f)] {
-    const cpu::Fp8Accumulation previous = cpu::set_fp8_accumulation(mode);
+/// f() run with the model context `ctx` in the FP8 accumulation mode `mode`, its mode restored after.
+std::function<void()> in_mode(ExecutionContext<Cpu>& ctx, cpu::Fp8Accumulation mode, std::function<void()> f) {
+  return [&ctx, mode, f = std::move(f)] {
+    const cpu::Fp8Accumulation previous = std::exchange(ctx.kernels.fp8, mode);
     f();
-    cpu::set_fp8_accumulation(previous);
+    ctx.kernels.fp8 = previous;
   };
 }
 
@@ -425,7 +425,7 @@ int run_long_prompt(const Options& o) {
   if (o.checkpoint.empty()) model->init_random(o.seed);
   else load_checkpoint(*model, o.checkpoint);
   const MemoryPlan plan = model->memory_plan();
-  if (o.fp8_fast) cpu::set_fp8_accumulation(cpu::Fp8Accumulation::fast);
+  if (o.fp8_fast) model->context().kernels.fp8 = cpu::Fp8Accumulation::fast;
   const auto prompt = prompt_tokens(o.long_prompt, Config::vocab_size, 3);
   reset_peak_rss();
   const std::string load_start = loadavg();
@@ -483,12 +483,12 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
   const std::int64_t V = Config::vocab_size;
   const auto prompt = prompt_tokens(o.prefill, V, 1);
   const bool both_modes = o.fast_mode && ConfigTraits<Config>::fp8;
-  const cpu::Fp8Accumulation default_mode = cpu::fp8_accumulation();
+  const cpu::Fp8Accumulation default_mode = model->context().kernels.fp8;
   // the prefill; the same with the last block's feed-forward on every position (what llama.cpp does
   // not do); the prefill in the FP8 fast mode: in turn, round by round
   std::vector<std::function<void()>> prefills = {
       [&] { model->forward(prompt, 1, 0); }, [&] { model->forward(prompt, 1, 0, {.full_last_block = true}); }};
-  if (both_modes) prefills.push_back(in_mode(cpu::Fp8Accumulation::fast, [&] { model->forward(prompt, 1, 0); }));
+  if (both_modes) prefills.push_back(in_mode(model->context(), cpu::Fp8Accumulation::fast, [&] { model->forward(prompt, 1, 0); }));
   const std::vector<double> prefill_s = interleaved_medians_s(o.prefill_reps, prefills);
   f.prefill_flops = prefill_flops<Config>(*model, o.prefill, false);
   f.prefill_tps = static_cast<double>(o.prefill) / prefill_s[0];
@@ -509,7 +509,7 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
   // contexts' steps (and both FP8 modes) can be timed in turn, round by round.
   std::int64_t filled = o.prefill;
   const std::int32_t next = 1;
-  in_mode(both_modes ? cpu::Fp8Accumulation::fast : default_mode, [&] {  // (the fill is not timed)
+  in_mode(model->context(), both_modes ? cpu::Fp8Accumulation::fast : default_mode, [&] {  // (the fill is not timed)
     while (filled < o.contexts.back()) {
       const std::int64_t n = std::min<std::int64_t>(512, o.contexts.back() - filled);
       model->forward(prompt_tokens(n, V, filled + 7), 1, filled);
@@ -517,7 +517,7 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
     }
   })();
   auto step_at = [&](std::int64_t ctx, cpu::Fp8Accumulation mode) {
-    return in_mode(mode, [&model, &next, ctx] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
+    return in_mode(model->context(), mode, [&model, &next, ctx] { model->forward(std::span<const std::int32_t>(&next, 1), 1, ctx); });
   };
   std::vector<std::function<void()>> steps;
   for (std::int64_t ctx : o.contexts) {
@@ -549,7 +549,7 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
     // same experts and spare the step the bytes of the others)
     const std::vector<std::int32_t> step = prompt_tokens(o.batch, V, 4242);
     auto batch_step = [&](cpu::Fp8Accumulation mode) {
-      return in_mode(mode, [&model, &step, &o] { model->forward(step, o.batch, o.batch_context); });
+      return in_mode(model->context(), mode, [&model, &step, &o] { model->forward(step, o.batch, o.batch_context); });
     };
     // batch 8 and batch 1 (sequence 0 of the same caches) in turn, then the same in the fast mode
     std::vector<std::function<void()>> fs = {batch_step(default_mode), step_at(o.batch_context, default_mode)};
@@ -561,7 +561,7 @@ Figures run(const Options& o, double fma_peak, double bandwidth) {
     // figure rewrites the same cache rows with the same values, so its routing is the same)
     auto routed = [&](cpu::Fp8Accumulation mode) {
       RoutedExperts seen(Config::n_layers);
-      in_mode(mode, [&] { model->forward(step, o.batch, o.batch_context, {.observer = &seen}); })();
+      in_mode(model->context(), mode, [&] { model->forward(step, o.batch, o.batch_context, {.observer = &seen}); })();
       return seen.counts();
     };
     f.batch_bytes.experts = routed(default_mode);
@@ -600,7 +600,7 @@ int main(int argc, char** argv) try {
   const Options o = parse(argc, argv);
   if (o.threads > 0) cpu::set_num_threads(o.threads);
   const int threads = cpu::num_threads();
-  const cpu::Isa isa = cpu::active_isa();
+  const cpu::Isa isa = cpu::detected_features().isa;
   if (o.long_prompt > 0) return o.dtype == "bf16" ? run_long_prompt<Slice671BBf16>(o) : run_long_prompt<Slice671BFp8>(o);
   if (o.serving) {
     dsv32::bench::ServingOptions so = o.serving_options;

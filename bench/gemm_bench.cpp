@@ -67,12 +67,11 @@ int main(int argc, char** argv) {
         const bool fp8 = kind > 0;
         const WeightView<> w = fp8 ? WeightView<>{DType::F8_E4M3, wq.data(), s.out, s.in, scale.data()}
                                  : WeightView<>{DType::BF16, wb.data(), s.out, s.in, nullptr};
-        const cpu::Fp8Accumulation previous =
-            cpu::set_fp8_accumulation(kind == 2 ? cpu::Fp8Accumulation::fast : cpu::Fp8Accumulation::exact);
+        ctx.kernels.fp8 = kind == 2 ? cpu::Fp8Accumulation::fast : cpu::Fp8Accumulation::exact;
         const double ms = bench::median_ms(reps, [&] {
           Kernels<Cpu>::linear(ctx, {x.data(), m, s.in, s.in}, w, ScaleFmt::ue8m0, {y.data(), m, s.out, s.out});
         });
-        cpu::set_fp8_accumulation(previous);
+        ctx.kernels.fp8 = cpu::Fp8Accumulation::exact;
         const double flops = 2.0 * m * s.out * s.in, bytes = static_cast<double>(s.out * s.in) * (fp8 ? 1 : 2);
         std::printf("%-24s %-8s %5lld %10.3f %10.2f %10.2f\n", s.name, kind == 0 ? "bf16" : kind == 1 ? "fp8" : "fp8-fast",
                     static_cast<long long>(m), ms, flops / ms / 1e6, bytes / ms / 1e6);
@@ -86,7 +85,7 @@ int main(int argc, char** argv) {
   for (auto& v : head) v = bf16(normal(gen) * 0.02f);
   for (cpu::Isa isa : {cpu::Isa::avx2, cpu::Isa::avx512, cpu::Isa::avx512_bf16}) {
     if (cpu::detected_isa() < isa) continue;
-    const cpu::Isa previous = cpu::set_isa(isa);
+    ctx.kernels.max_isa = isa;
     for (std::int64_t m : {1, 8}) {
       std::vector<bf16> x(static_cast<std::size_t>(m * dim));
       std::vector<float> y(static_cast<std::size_t>(m * vocab));
@@ -99,7 +98,7 @@ int main(int argc, char** argv) {
       std::printf("%-24s %-8s %5lld %10.3f %10.2f %10.2f\n", "head 7168->129280 f32", std::string(cpu::isa_name(isa)).c_str(),
                   static_cast<long long>(m), ms, flops / ms / 1e6, bytes / ms / 1e6);
     }
-    cpu::set_isa(previous);
+    ctx.kernels.max_isa = cpu::KernelOptions{}.max_isa;
   }
   return 0;
 }

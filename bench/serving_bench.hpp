@@ -238,7 +238,7 @@ int run_serving(const ServingOptions& o) {
                 "\"sixteen_at_once\": %s, \"sixteen_at_rate\": %s, \"rate_per_s\": %.3f, "
                 "\"shared_prompt_ttft_cached_s\": %.3f, \"shared_prompt_ttft_uncached_s\": %.3f, "
                 "\"shared_prompt_ttft_ratio\": %.4f",
-                std::string(Config::name).c_str(), cpu::num_threads(), std::string(cpu::isa_name(cpu::active_isa())).c_str(),
+                std::string(Config::name).c_str(), cpu::num_threads(), std::string(cpu::isa_name(cpu::detected_features().isa)).c_str(),
                 init_s, static_tps, engine_decode_tps, engine_total_tps, ratio, lat(burst).c_str(), lat(paced).c_str(),
                 o.rate, ttft_cached, ttft_uncached, prefix_ratio);
     if (o.memory)
@@ -251,7 +251,7 @@ int run_serving(const ServingOptions& o) {
     return 0;
   }
   std::printf("serving engine on %s, %d threads, kernels %s (weights drawn in %.1f s)\n\n", std::string(Config::name).c_str(),
-              cpu::num_threads(), std::string(cpu::isa_name(cpu::active_isa())).c_str(), init_s);
+              cpu::num_threads(), std::string(cpu::isa_name(cpu::detected_features().isa)).c_str(), init_s);
   std::printf("%-58s %12s\n", "figure", "value");
   std::printf("%-58s %12.2f\n", "1. static batch 8 decode at 256 context, tokens/s", static_tps);
   std::printf("%-58s %12.2f   %.2fx static (target >= 0.9x)\n", "   engine, 8 requests decoding, tokens/s", engine_decode_tps, ratio);

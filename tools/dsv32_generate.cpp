@@ -322,8 +322,10 @@ class Engine {
 template <class Config>
 class ModelEngine final : public Engine {
  public:
-  ModelEngine(const dsv32::RuntimeOptions& runtime, const std::optional<fs::path>& checkpoint, bool quiet, Ranks& ranks)
+  ModelEngine(const dsv32::RuntimeOptions& runtime, const dsv32::cpu::KernelOptions& kernels,
+              const std::optional<fs::path>& checkpoint, bool quiet, Ranks& ranks)
       : model_(runtime, ranks.parallel()), group_(model_), ranks_(ranks) {
+    model_.context().kernels = kernels;
     const auto t0 = std::chrono::steady_clock::now();
     if (checkpoint) dsv32::load_checkpoint(model_, *checkpoint);
     else model_.init_random(kEmbeddedWeightSeed);
@@ -429,17 +431,19 @@ dsv32::ModelArgs checkpoint_args(const Arguments& a, std::int64_t batch) {
 // This rank's engine (every rank makes the same one, for its part of the model).
 std::unique_ptr<Engine> make_rank_engine(const Arguments& a, const dsv32::ModelArgs& args, std::int64_t batch,
                                          Ranks& ranks) {
+  dsv32::cpu::KernelOptions kernels;
+  if (a.fp8_fast) kernels.fp8 = dsv32::cpu::Fp8Accumulation::fast;
   if (!a.checkpoint) {
     dsv32::RuntimeOptions runtime;
     runtime.max_batch_size = std::max<std::int64_t>(1, batch);
     runtime.max_seq_len = a.max_seq_len.value_or(kEmbeddedMaxSeqLen);
     if (ranks.parallel().world_size > 1)
-      return std::make_unique<ModelEngine<EmbeddedSplit>>(runtime, std::nullopt, a.quiet, ranks);
-    return std::make_unique<ModelEngine<EmbeddedDefault>>(runtime, std::nullopt, a.quiet, ranks);
+      return std::make_unique<ModelEngine<EmbeddedSplit>>(runtime, kernels, std::nullopt, a.quiet, ranks);
+    return std::make_unique<ModelEngine<EmbeddedDefault>>(runtime, kernels, std::nullopt, a.quiet, ranks);
   }
   std::unique_ptr<Engine> engine;
   dsv32::dispatch_config<dsv32::Presets>(
-      args, [&]<class C>() { engine = std::make_unique<ModelEngine<C>>(args.runtime, a.checkpoint, a.quiet, ranks); },
+      args, [&]<class C>() { engine = std::make_unique<ModelEngine<C>>(args.runtime, kernels, a.checkpoint, a.quiet, ranks); },
       (*a.checkpoint / "config.json").string());
   return engine;
 }
@@ -886,7 +890,6 @@ int main(int argc, char** argv) {
   }
 #endif
   const Arguments args = parse_arguments(argc, argv);
-  if (args.fp8_fast) dsv32::cpu::set_fp8_accumulation(dsv32::cpu::Fp8Accumulation::fast);  // process-wide
 #if defined(DSV32_GENERATE_WITH_MPI)
   if (comm) {
     if (args.world_size > 1) usage_error("--world-size runs ranks as threads; under mpirun each process is a rank");

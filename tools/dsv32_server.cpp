@@ -338,6 +338,7 @@ class ModelBackend final : public Backend {
 
   ModelBackend(const Arguments& a, const dsv32::RuntimeOptions& runtime, const Script* script)
       : model_(runtime), served_(model_, script, a.threads) {
+    if (a.fp8_fast) model_.context().kernels.fp8 = dsv32::cpu::Fp8Accumulation::fast;
     const auto t0 = Clock::now();
     if (a.model) dsv32::load_checkpoint(model_, *a.model);
     else model_.init_random(kRandomWeightSeed);
@@ -1269,7 +1270,6 @@ int serve(const Arguments& a, const sigset_t& signals) {
   const dsv32::ChatFormat format = a.chat_format.value_or(tok.chat_format().value_or(dsv32::ChatFormat::deepseek_v3_2_exp));
   std::optional<Script> script;
   if (a.scripted_output) script = Script::load(*a.scripted_output, tok);
-  if (a.fp8_fast) dsv32::cpu::set_fp8_accumulation(dsv32::cpu::Fp8Accumulation::fast);
   std::unique_ptr<Backend> backend = make_backend(a, script ? &*script : nullptr);
   std::string name = a.served_model_name.value_or(a.random_weights.value_or("dsv32-demo"));
   if (a.model && !a.served_model_name) {

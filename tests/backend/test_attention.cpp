@@ -390,15 +390,15 @@ TEST_CASE("cpu::absorb_query / project_values on FP8 codes as stored: the bits o
       cpu::absorb_query(q.data(), T, dm.H, dm.nope, rope, dm.v, wide, lat_want.data());
       cpu::project_values(o_lat.data(), T, dm.H, dm.nope, dm.v, wide, val_want.data());
       for (const cpu::Isa isa : dsv32::test::isas_here()) {
-        const dsv32::test::IsaScope scope(isa);
+        const cpu::CpuKernels kernels = dsv32::test::kernels_at(isa);
         const int level = static_cast<int>(isa);
         CAPTURE(dm.H);
         CAPTURE(dm.v);
         CAPTURE(T);
         CAPTURE(level);
         std::vector<bf16> lat(lat_want.size()), val(val_want.size());
-        cpu::absorb_query(q.data(), T, dm.H, dm.nope, rope, dm.v, fp8, lat.data());
-        cpu::project_values(o_lat.data(), T, dm.H, dm.nope, dm.v, fp8, val.data());
+        cpu::absorb_query(q.data(), T, dm.H, dm.nope, rope, dm.v, fp8, lat.data(), kernels);
+        cpu::project_values(o_lat.data(), T, dm.H, dm.nope, dm.v, fp8, val.data(), kernels);
         std::int64_t lat_diff = 0, val_diff = 0;
         for (std::size_t i = 0; i < lat.size(); ++i) lat_diff += !same_bits(lat[i], lat_want[i]);
         for (std::size_t i = 0; i < val.size(); ++i) val_diff += !same_bits(val[i], val_want[i]);

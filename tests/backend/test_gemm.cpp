@@ -26,7 +26,7 @@
 #include "support/isa_scope.hpp"
 #include "support/test_support.hpp"
 
-using dsv32::test::IsaScope;
+using dsv32::test::kernels_at;
 using dsv32::test::isas_here;
 using dsv32::test::random_bf16;
 using dsv32::test::ulp_distance;
@@ -223,12 +223,6 @@ std::vector<float> reference_dense_f32(const std::vector<bf16>& x, std::int64_t 
   return y;
 }
 
-struct Fp8Scope {
-  cpu::Fp8Accumulation previous;
-  explicit Fp8Scope(cpu::Fp8Accumulation m) : previous(cpu::set_fp8_accumulation(m)) {}
-  ~Fp8Scope() { cpu::set_fp8_accumulation(previous); }
-};
-
 bool same_bits(const std::vector<bf16>& a, const std::vector<bf16>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i)
@@ -338,19 +332,19 @@ TEST_CASE("cpu::linear_f32 / linear with BF16 and F32 weights, every ISA: bit-id
     for (std::size_t i = 0; i < wb.size(); ++i) wbf[i] = static_cast<float>(wb[i]), wf[i] = nd(gen);  // full f32
     const std::vector<float> ref_b = reference_dense_f32(x, d.m, wbf, d.n, d.k), ref_f = reference_dense_f32(x, d.m, wf, d.n, d.k);
     for (cpu::Isa isa : isas_here()) {
-      IsaScope scope(isa);
+      const cpu::CpuKernels kernels = kernels_at(isa);
       CAPTURE(cpu::isa_name(isa));
       CAPTURE(d.m);
       CAPTURE(d.k);
       CAPTURE(d.n);
       std::vector<float> y(static_cast<std::size_t>(d.m * d.n));
-      cpu::linear_f32({x.data(), d.m, d.k, d.k}, {DType::BF16, wb.data(), d.n, d.k, nullptr}, {y.data(), d.m, d.n, d.n});
+      cpu::linear_f32({x.data(), d.m, d.k, d.k}, {DType::BF16, wb.data(), d.n, d.k, nullptr}, {y.data(), d.m, d.n, d.n}, kernels);
       CHECK(y == ref_b);
-      cpu::linear_f32({x.data(), d.m, d.k, d.k}, {DType::F32, wf.data(), d.n, d.k, nullptr}, {y.data(), d.m, d.n, d.n});
+      cpu::linear_f32({x.data(), d.m, d.k, d.k}, {DType::F32, wf.data(), d.n, d.k, nullptr}, {y.data(), d.m, d.n, d.n}, kernels);
       CHECK(y == ref_f);
       std::vector<bf16> yb(y.size()), rb(y.size());
       cpu::linear({x.data(), d.m, d.k, d.k}, {DType::BF16, wb.data(), d.n, d.k, nullptr}, ScaleFmt::none,
-                  {yb.data(), d.m, d.n, d.n});
+                  {yb.data(), d.m, d.n, d.n}, kernels);
       for (std::size_t i = 0; i < rb.size(); ++i) rb[i] = bf16(ref_b[i]);
       CHECK(same_bits(yb, rb));
     }
@@ -376,7 +370,7 @@ TEST_CASE("cpu::linear / linear_f32, every ISA: a row's result does not depend o
     return std::vector<T>(v.begin() + first * width, v.begin() + (first + count) * width);
   };
   for (cpu::Isa isa : isas_here()) {
-    IsaScope scope(isa);
+    const cpu::CpuKernels kernels = kernels_at(isa);
     CAPTURE(cpu::isa_name(isa));
     // (dtype: 0 bf16 through linear_f32, 1 bf16 through linear, 2 f32, 3 FP8 exact, 4 FP8 fast)
     auto run = [&](int dtype, std::int64_t first, std::int64_t m) {
@@ -385,16 +379,16 @@ TEST_CASE("cpu::linear / linear_f32, every ISA: a row's result does not depend o
         y.resize(static_cast<std::size_t>(m * n));
         const WeightView w = dtype == 0 ? WeightView{DType::BF16, wb.data(), n, k, nullptr}
                                         : WeightView{DType::F32, wf.data(), n, k, nullptr};
-        cpu::linear_f32({x.data() + first * k, m, k, k}, w, {y.data(), m, n, n});
+        cpu::linear_f32({x.data() + first * k, m, k, k}, w, {y.data(), m, n, n}, kernels);
       } else if (dtype == 1) {
         std::vector<bf16> yb(static_cast<std::size_t>(m * n));
         cpu::linear({x.data() + first * k, m, k, k}, {DType::BF16, wb.data(), n, k, nullptr}, ScaleFmt::none,
-                    {yb.data(), m, n, n});
+                    {yb.data(), m, n, n}, kernels);
         for (const bf16 v : yb) y.push_back(static_cast<float>(v));
       } else {
-        Fp8Scope mode(dtype == 3 ? cpu::Fp8Accumulation::exact : cpu::Fp8Accumulation::fast);
+        const cpu::CpuKernels fp8_kernels = kernels_at(isa, dtype == 3 ? cpu::Fp8Accumulation::exact : cpu::Fp8Accumulation::fast);
         std::vector<bf16> yb(static_cast<std::size_t>(m * nq));
-        cpu::linear({xq.data() + first * kq, m, kq, kq}, wq.view(), ScaleFmt::ue8m0, {yb.data(), m, nq, nq});
+        cpu::linear({xq.data() + first * kq, m, kq, kq}, wq.view(), ScaleFmt::ue8m0, {yb.data(), m, nq, nq}, fp8_kernels);
         for (const bf16 v : yb) y.push_back(static_cast<float>(v));
       }
       return y;
@@ -462,12 +456,12 @@ TEST_CASE("cpu::linear_f32 with BF16 weights, every ISA: subnormal and tiny oper
         CHECK(tiny);
       }
       for (cpu::Isa isa : isas_here()) {
-        IsaScope scope(isa);
+        const cpu::CpuKernels kernels = kernels_at(isa);
         CAPTURE(cpu::isa_name(isa));
         CAPTURE(static_cast<int>(c));
         CAPTURE(m);
         std::vector<float> y(static_cast<std::size_t>(m * n));
-        cpu::linear_f32({x.data(), m, k, k}, {DType::BF16, wb.data(), n, k, nullptr}, {y.data(), m, n, n});
+        cpu::linear_f32({x.data(), m, k, k}, {DType::BF16, wb.data(), n, k, nullptr}, {y.data(), m, n, n}, kernels);
         CHECK(bits_of(y) == bits_of(isa == cpu::Isa::portable ? rounded : fused));
       }
     }
@@ -498,17 +492,17 @@ TEST_CASE("cpu::linear with FP8 weights, every ISA and row count: exact and fast
           d.m > cpu::simd::kFp8RowOrderMaxRows ? reference_fp8_linear_fast(x, d.m, w, fmt)
                                                : reference_fp8_linear_fast_rows(x, d.m, w, fmt);
       for (cpu::Isa isa : isas_here()) {
-        IsaScope scope(isa);
+        const cpu::CpuKernels kernels = kernels_at(isa);
         CAPTURE(cpu::isa_name(isa));
         CAPTURE(d.m);
         CAPTURE(d.k);
         CAPTURE(d.n);
         CAPTURE(fmt == ScaleFmt::ue8m0);
         std::vector<bf16> y(static_cast<std::size_t>(d.m * d.n));
-        cpu::linear({x.data(), d.m, d.k, d.k}, w.view(), fmt, {y.data(), d.m, d.n, d.n});
+        cpu::linear({x.data(), d.m, d.k, d.k}, w.view(), fmt, {y.data(), d.m, d.n, d.n}, kernels);
         CHECK(same_bits(y, exact));
-        Fp8Scope mode(cpu::Fp8Accumulation::fast);
-        cpu::linear({x.data(), d.m, d.k, d.k}, w.view(), fmt, {y.data(), d.m, d.n, d.n});
+        const cpu::CpuKernels fp8_kernels = kernels_at(isa, cpu::Fp8Accumulation::fast);
+        cpu::linear({x.data(), d.m, d.k, d.k}, w.view(), fmt, {y.data(), d.m, d.n, d.n}, fp8_kernels);
         CHECK(same_bits(y, fast));
       }
     }
@@ -581,11 +575,11 @@ void check_pair_and_panel_rows(bool vbmi) {
           return n;
         };
         for (cpu::Isa isa : isas_here()) {
-          IsaScope scope(isa);
+          const cpu::CpuKernels kernels = kernels_at(isa);
           CAPTURE(cpu::isa_name(isa));
           CAPTURE(M);
           CAPTURE(rows);
-          const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+          const cpu::simd::GemmOps& ops = kernels.ops();
           std::vector<float> out = start;
           if (!vbmi) {
             for (const auto& [kb0, kb1] : {std::pair{0, 1}, std::pair{1, KB}})
@@ -671,12 +665,12 @@ void check_exact_rows(ExactRows which) {
               expected[m * rows + r] += p;
             }
         for (cpu::Isa isa : isas_here()) {
-          IsaScope scope(isa);
+          const cpu::CpuKernels kernels = kernels_at(isa);
           CAPTURE(cpu::isa_name(isa));
           CAPTURE(KB);
           CAPTURE(M);
           CAPTURE(rows);
-          const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+          const cpu::simd::GemmOps& ops = kernels.ops();
           std::vector<float> out = start;
           if (which == ExactRows::general) {
             for (const auto& [kb0, kb1] : {std::pair{0, 2}, std::pair{2, KB}})
@@ -733,8 +727,8 @@ TEST_CASE("GemmOps::e4m3_tiles_gemm [AMX-INT8]: f32 outputs bit-identical to the
   std::uniform_real_distribution<float> unit(0.5f, 2.0f);
   int calls = 0;
   for (cpu::Isa isa : isas_here()) {
-    IsaScope scope(isa);
-    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const cpu::CpuKernels kernels = kernels_at(isa);
+    const cpu::simd::GemmOps& ops = kernels.ops();
     if (!ops.e4m3_tiles_gemm) continue;
     for (const int rows : {64, 37, 3})
       for (const int cols : {256, 131, 8}) {
@@ -798,8 +792,8 @@ TEST_CASE("GemmOps::e4m3_plane_tiles [AMX-INT8]: the documented tile layout") {
   // x[4 g + t][64 c + 4 i + j] in plane p, 0 in the other planes and for rows past M.
   std::mt19937 gen(47);
   for (cpu::Isa isa : isas_here()) {
-    IsaScope scope(isa);
-    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const cpu::CpuKernels kernels = kernels_at(isa);
+    const cpu::simd::GemmOps& ops = kernels.ops();
     if (!ops.e4m3_plane_tiles) continue;
     ++tables;
     for (const int M : {1, 3, 4, 5, 8}) {
@@ -881,9 +875,9 @@ TEST_CASE("GemmOps::fp8_value_dots(_scaled), every ISA: the panel order's block 
   std::mt19937 gen(57);
   int fused = 0;
   for (cpu::Isa isa : isas_here()) {
-    IsaScope scope(isa);
+    const cpu::CpuKernels kernels = kernels_at(isa);
     CAPTURE(cpu::isa_name(isa));
-    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const cpu::simd::GemmOps& ops = kernels.ops();
     const int nr = ops.nr;
     for (int mr = 1; mr <= 13; ++mr)
       for (const int n : {nr, nr - 3, 5}) {
@@ -925,9 +919,9 @@ TEST_CASE("GemmOps::micro_f64(_scaled) + epilogue_f64, every ISA: exact block do
   std::mt19937 gen(59);
   int fused = 0;
   for (cpu::Isa isa : isas_here()) {
-    IsaScope scope(isa);
+    const cpu::CpuKernels kernels = kernels_at(isa);
     CAPTURE(cpu::isa_name(isa));
-    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const cpu::simd::GemmOps& ops = kernels.ops();
     const int nr = ops.nr64;
     for (int mr = 1; mr <= 13; ++mr)
       for (const int n : {nr, nr - 3, 5}) {
@@ -969,9 +963,9 @@ TEST_CASE("GemmOps micro-kernels, every ISA: c = (accumulate ? c : 0) + the sequ
   std::uniform_int_distribution<int> exponent(-8, 8);
   auto value = [&] { return std::ldexp(static_cast<float>(mantissa(gen)), exponent(gen)); };  // exact in bf16
   for (cpu::Isa isa : isas_here()) {
-    IsaScope scope(isa);
+    const cpu::CpuKernels kernels = kernels_at(isa);
     CAPTURE(cpu::isa_name(isa));
-    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const cpu::simd::GemmOps& ops = kernels.ops();
     for (int mr = 1; mr <= 13; ++mr)
       for (const int kc : {0, 1, 7, 128}) {
         CAPTURE(mr);
@@ -1035,14 +1029,14 @@ TEST_CASE("cpu::linear with FP8 weights under denormals-are-zero and flush-to-ze
                                          : reference_fp8_linear_fast_rows(x, m, w, ScaleFmt::ue8m0);
     const MxcsrScope daz_ftz(kDazFtz);
     for (cpu::Isa isa : isas_here()) {
-      IsaScope scope(isa);
+      const cpu::CpuKernels kernels = kernels_at(isa);
       CAPTURE(cpu::isa_name(isa));
       CAPTURE(m);
       std::vector<bf16> y(static_cast<std::size_t>(m * n));
-      cpu::linear({x.data(), m, k, k}, w.view(), ScaleFmt::ue8m0, {y.data(), m, n, n});
+      cpu::linear({x.data(), m, k, k}, w.view(), ScaleFmt::ue8m0, {y.data(), m, n, n}, kernels);
       CHECK(same_bits(y, exact));
-      Fp8Scope mode(cpu::Fp8Accumulation::fast);
-      cpu::linear({x.data(), m, k, k}, w.view(), ScaleFmt::ue8m0, {y.data(), m, n, n});
+      const cpu::CpuKernels fp8_kernels = kernels_at(isa, cpu::Fp8Accumulation::fast);
+      cpu::linear({x.data(), m, k, k}, w.view(), ScaleFmt::ue8m0, {y.data(), m, n, n}, fp8_kernels);
       CHECK(same_bits(y, fast));
       CHECK((_mm_getcsr() & kDazFtz) == kDazFtz);  // the caller's environment is given back
     }
@@ -1066,13 +1060,12 @@ TEST_CASE("cpu::linear: E4M3 weights over the whole code range, the NaN codes 0x
     // both modes: 128 equal products sum exactly in f32 too
     for (cpu::Isa isa : isas_here())
       for (cpu::Fp8Accumulation acc : {cpu::Fp8Accumulation::exact, cpu::Fp8Accumulation::fast}) {
-        IsaScope scope(isa);
-        Fp8Scope mode(acc);
+        const cpu::CpuKernels kernels = kernels_at(isa, acc);
         CAPTURE(cpu::isa_name(isa));
         CAPTURE(acc == cpu::Fp8Accumulation::fast);
         CAPTURE(m);
         std::vector<bf16> y(static_cast<std::size_t>(m * 256));
-        cpu::linear({xm.data(), m, 128, 128}, w.view(), ScaleFmt::ue8m0, {y.data(), m, 256, 256});
+        cpu::linear({xm.data(), m, 128, 128}, w.view(), ScaleFmt::ue8m0, {y.data(), m, 256, 256}, kernels);
         int bad = 0;
         for (int c = 0; c < 256; ++c) {
           const double v = (c & 0x7F) == 0x7F ? ((c & 0x80) ? -480.0 : 480.0) : e4m3_value(static_cast<unsigned>(c));
@@ -1129,11 +1122,11 @@ TEST_CASE("GemmOps::dequant_e4m3, every ISA: every code as bf16(value * scale), 
     for (std::int64_t i = 0; i < n; ++i) codes[i] = static_cast<std::uint8_t>((i * 7 + 3) % 256);
     for (int c = 0; c < 256; ++c) codes[c < 128 ? c : 256 + c - 128] = static_cast<std::uint8_t>(c);  // blocks 0, 2: every code
     for (cpu::Isa isa : isas_here()) {
-      IsaScope scope(isa);
+      const cpu::CpuKernels kernels = kernels_at(isa);
       CAPTURE(cpu::isa_name(isa));
       CAPTURE(s1);
       std::vector<float> out(static_cast<std::size_t>(n), -7.0f);
-      cpu::gemm_ops().dequant_e4m3(codes.data(), n, block_scale, out.data());
+      kernels.ops().dequant_e4m3(codes.data(), n, block_scale, out.data());
       int bad = 0;
       for (std::int64_t i = 0; i < n; ++i) {
         const float expected = dsv32::round_bf16(cpu::simd::kE4m3Weight[codes[i]] * block_scale[i / 128]);
@@ -1156,9 +1149,9 @@ TEST_CASE("GemmOps::e4m3_scaled_cols / e4m3_scaled_rows, every ISA that has them
   auto value = [](std::uint8_t c) { return static_cast<float>(e4m3_value(c)); };
   int tables = 0;
   for (cpu::Isa isa : isas_here()) {
-    IsaScope scope(isa);
+    const cpu::CpuKernels kernels = kernels_at(isa);
     CAPTURE(cpu::isa_name(isa));
-    const cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const cpu::simd::GemmOps& ops = kernels.ops();
     if (!ops.e4m3_scaled_cols && !ops.e4m3_scaled_rows) continue;
     ++tables;
     for (int M = 1; M <= 8; ++M) {
@@ -1238,9 +1231,9 @@ TEST_CASE("act_quant's kernels, every ISA: every bf16 bit pattern quantized as e
   std::iota(x.begin(), x.end(), std::uint16_t{0});
   std::vector<std::uint8_t> got(x.size());
   for (cpu::Isa isa : isas_here()) {
-    IsaScope scope(isa);
+    const cpu::CpuKernels kernels = kernels_at(isa);
     CAPTURE(cpu::isa_name(isa));
-    const dsv32::cpu::simd::GemmOps& ops = cpu::gemm_ops();
+    const dsv32::cpu::simd::GemmOps& ops = kernels.ops();
     for (const float s : {1.0f, 0.5f, std::ldexp(1.0f, -20), 0.3712f, 3.0e-7f, 1.0e4f}) {
       CAPTURE(s);
       ops.quantize_e4m3(x.data(), 65536, s, got.data());
@@ -1298,9 +1291,9 @@ TEST_CASE("cpu::act_quant: per-block scales, +-amax to +-448, codes as the neare
     std::vector<std::uint8_t> q(static_cast<std::size_t>(rows * cols));
     std::vector<float> s(static_cast<std::size_t>(rows * 3));
     for (cpu::Isa isa : isas_here()) {
-      IsaScope scope(isa);
+      const cpu::CpuKernels kernels = kernels_at(isa);
       CAPTURE(cpu::isa_name(isa));
-      cpu::act_quant({x.data(), rows, cols, cols}, fmt, {q.data(), rows, cols, cols}, {s.data(), rows, 3, 3});
+      cpu::act_quant({x.data(), rows, cols, cols}, fmt, {q.data(), rows, cols, cols}, {s.data(), rows, 3, 3}, kernels);
 
       CHECK(s[0] == (fmt == ScaleFmt::none ? 1e-4f * (1.0f / 448.0f) : std::ldexp(1.0f, -22)));
       for (int i = 0; i < 128; ++i) CHECK(q[i] == 0x00);

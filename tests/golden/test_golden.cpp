@@ -17,6 +17,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,8 +34,8 @@ using dsv32::test::kGoldenDir;
 using dsv32::test::ulps;
 
 template <class Config, class Backend = dsv32::Cpu>
-void check_scenario(const std::string& name) {
-  const auto report = dsv32::testing::replay_golden<Config, Backend>(kGoldenDir + name);
+void check_scenario(const std::string& name, const std::function<void(dsv32::ExecutionContext<Backend>&)>& setup = {}) {
+  const auto report = dsv32::testing::replay_golden<Config, Backend>(kGoldenDir + name, {}, {}, setup);
   INFO(report.summary());
   REQUIRE(!report.calls.empty());
   for (const auto& call : report.calls) {
@@ -174,10 +175,11 @@ TEST_CASE("golden: tiny_fp8_plain_scale") { check_scenario<dsv32::TinyFp8PlainSc
 // The optional FP8 fast mode (f32 block sums in the prefill-sized products) against the same
 // vectors: no longer bit-exact, but within the acceptance tolerances with identical decisions.
 TEST_CASE("golden: the FP8 scenarios in the fast accumulation mode, at the acceptance tolerances") {
-  const auto previous = dsv32::cpu::set_fp8_accumulation(dsv32::cpu::Fp8Accumulation::fast);
-  check_scenario<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn");
-  check_scenario<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale");
-  dsv32::cpu::set_fp8_accumulation(previous);
+  const std::function<void(dsv32::ExecutionContext<dsv32::Cpu>&)> fast = [](dsv32::ExecutionContext<dsv32::Cpu>& ctx) {
+    ctx.kernels.fp8 = dsv32::cpu::Fp8Accumulation::fast;
+  };
+  check_scenario<dsv32::TinyFp8Ue8m0Yarn>("tiny_fp8_ue8m0_yarn", fast);
+  check_scenario<dsv32::TinyFp8PlainScale>("tiny_fp8_plain_scale", fast);
 }
 
 // Every prefill on the absorbed path (RuntimeOptions::absorbed_prefill_from = 0: the reference's decode

@@ -16,13 +16,9 @@ inline std::vector<cpu::Isa> isas_here() {
   return v;
 }
 
-/// Caps the kernels' ISA for a scope.
-struct IsaScope {
-  cpu::Isa previous;
-  explicit IsaScope(cpu::Isa isa) : previous(cpu::set_isa(isa)) {}
-  ~IsaScope() { cpu::set_isa(previous); }
-  IsaScope(const IsaScope&) = delete;
-  IsaScope& operator=(const IsaScope&) = delete;
-};
+/// The host's kernels capped at `isa`, in FP8 mode `fp8`.
+inline cpu::CpuKernels kernels_at(cpu::Isa isa, cpu::Fp8Accumulation fp8 = cpu::Fp8Accumulation::exact) {
+  return cpu::resolve({fp8, isa});
+}
 
 }  // namespace dsv32::test

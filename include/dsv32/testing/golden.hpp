@@ -222,14 +222,18 @@ inline void note(GoldenCallReport& r, const std::string& s) {
 /// \param tol    the acceptance tolerances
 /// \param adjust called on the scenario's runtime options before the model is built (e.g. to set
 ///               RuntimeOptions::absorbed_prefill_from); none by default
+/// \param setup  called on the model's execution context before the replay (e.g. to set the CPU
+///               backend's ExecutionContext<Cpu>::kernels); none by default
 template <class Config, class Backend = Cpu>
 GoldenReport replay_golden(const std::filesystem::path& dir, const GoldenTolerances& tol = {},
-                           const std::function<void(RuntimeOptions&)>& adjust = {}) {
+                           const std::function<void(RuntimeOptions&)>& adjust = {},
+                           const std::function<void(ExecutionContext<Backend>&)>& setup = {}) {
   const ModelArgs args = ModelArgs::from_file(dir / "config.json");
   args.check_matches<Config>((dir / "config.json").string());
   RuntimeOptions runtime = args.runtime;
   if (adjust) adjust(runtime);
   Transformer<Config, Backend> model(runtime);
+  if (setup) setup(model.context());
   load_checkpoint(model, dir / "model0-mp1.safetensors");
 
   std::ifstream in(dir / "manifest.json");

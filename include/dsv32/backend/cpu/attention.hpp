@@ -44,9 +44,11 @@ inline float* attention_scratch(int slot, std::size_t n) { return thread_scratch
 /// \param T         cached keys; also the row stride of `scores`
 /// \param visible   [S] keys each query may see (causal prefix length), each <= T
 /// \param scores    [S, T] f32 output; entries at t >= visible[s] are left unspecified
+/// \param kernels  the kernels to run on (Kernels<Cpu> passes the model context's)
 inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t S,
                          std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
-                         std::int64_t T, const std::int64_t* visible, float* scores) {
+                         std::int64_t T, const std::int64_t* visible, float* scores,
+                         const CpuKernels& kernels = default_kernels()) {
   const std::int64_t blocks = D / kBlockSize;
   // tasks: (query, 256 positions); the logits are f32 sums over d in increasing order of exact
   // products of E4M3 values, then summed over heads in increasing order
@@ -56,7 +58,7 @@ inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, con
   parallel_for(first[S], H * D * kChunk, [&](std::int64_t task) {
     const std::int64_t s = std::upper_bound(first.begin(), first.end(), task) - first.begin() - 1;
     const std::int64_t t0 = (task - first[s]) * kChunk, n = std::min(kChunk, visible[s] - t0);
-    const simd::GemmOps& ops = gemm_ops();
+    const simd::GemmOps& ops = kernels.ops();
     float* qf = detail::attention_scratch(0, static_cast<std::size_t>(H * D));
     float* kf = detail::attention_scratch(1, static_cast<std::size_t>(n * D));
     float* logits = detail::attention_scratch(2, static_cast<std::size_t>(H * n));
@@ -64,7 +66,7 @@ inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, con
     ops.widen_e4m3(k_codes + t0 * D, n * D, kf);
     float* out = scores + s * T + t0;
     if (blocks == 1) {
-      detail::matmul_exact_products(H, n, D, qf, D, kf, D, true, logits, n);
+      matmul_exact(H, n, D, qf, D, kf, D, true, logits, n, kernels);
       for (std::int64_t t = 0; t < n; ++t) {
         float acc = 0.0f;
         for (std::int64_t h = 0; h < H; ++h) acc += std::max(logits[h * n + t], 0.0f) * q_weight[s * H + h];
@@ -74,7 +76,7 @@ inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, con
       std::fill(logits, logits + H * n, 0.0f);
       float* part = detail::attention_scratch(3, static_cast<std::size_t>(H * n));
       for (std::int64_t b = 0; b < blocks; ++b) {
-        detail::matmul_exact_products(H, n, kBlockSize, qf + b * kBlockSize, D, kf + b * kBlockSize, D, true, part, n);
+        matmul_exact(H, n, kBlockSize, qf + b * kBlockSize, D, kf + b * kBlockSize, D, true, part, n, kernels);
         for (std::int64_t h = 0; h < H; ++h)
           for (std::int64_t t = 0; t < n; ++t)
             logits[h * n + t] += part[h * n + t] * q_scale[(s * H + h) * blocks + b] * k_scale[(t0 + t) * blocks + b];
@@ -199,9 +201,11 @@ inline std::vector<QueryBlock> plan_query_blocks(const std::int32_t* selected, c
 /// \param k_max    row stride of `selected` (index_topk)
 /// \param scale    softmax scale (mla_softmax_scale())
 /// \param out      [S, H, v] bf16
+/// \param kernels  the kernels to run on (Kernels<Cpu> passes the model context's)
 inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, std::int64_t S, std::int64_t H,
                              std::int64_t nope, std::int64_t rope, std::int64_t v, const std::int32_t* selected,
-                             const std::int32_t* count, std::int64_t k_max, float scale, bf16* out) {
+                             const std::int32_t* count, std::int64_t k_max, float scale, bf16* out,
+                             const CpuKernels& kernels = default_kernels()) {
   const std::int64_t dq = nope + rope, dkv = nope + v;
   std::vector<std::int32_t> union_positions, column;
   const std::vector<detail::QueryBlock> blocks =
@@ -212,7 +216,7 @@ inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, st
     const detail::QueryBlock& blk = blocks[task / H];
     const std::int64_t h = task % H, m = blk.s1 - blk.s0, U = blk.un;
     const std::int32_t* pos = union_positions.data() + blk.u0;
-    const simd::GemmOps& ops = gemm_ops();
+    const simd::GemmOps& ops = kernels.ops();
     auto widen = [&](const bf16* src, std::int64_t n, float* dst) {
       ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(src), n, dst);
     };
@@ -236,7 +240,7 @@ inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, st
       widen(k_pe + static_cast<std::int64_t>(pos[c]) * rope, rope, keys + c * dq + nope);
       widen(row + nope, v, values + c * v);
     }
-    detail::matmul_exact_products(m, U, dq, qo, dq, keys, dq, true, sp, U);
+    matmul_exact(m, U, dq, qo, dq, keys, dq, true, sp, U, kernels);
     for (std::int64_t i = 0; i < m; ++i) {
       const std::int64_t s = blk.s0 + i;
       const std::int32_t* col = column.data() + s * k_max;
@@ -249,7 +253,7 @@ inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, st
       const float inv = 1.0f / sum;
       for (std::int64_t c = 0; c < U; ++c) p[c] = round_bf16(x[c] * inv);
     }
-    detail::matmul_exact_products(m, v, U, sp, U, values, v, false, qo, v);
+    matmul_exact(m, v, U, sp, U, values, v, false, qo, v, kernels);
     for (std::int64_t i = 0; i < m; ++i)
       for (std::int64_t d = 0; d < v; ++d) out[((blk.s0 + i) * H + h) * v + d] = bf16(qo[i * v + d]);
   });
@@ -271,12 +275,13 @@ inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, st
 /// \param n        selected positions, >= 1
 /// \param scale    softmax scale (mla_softmax_scale())
 /// \param out      [H, C] bf16 latent attention output
+/// \param kernels  the kernels to run on (Kernels<Cpu> passes the model context's)
 inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q_pe_stride, const bf16* kv_cache,
                              const bf16* pe_cache, std::int64_t H, std::int64_t C, std::int64_t rope,
                              const std::int32_t* selected,
-                             std::int64_t n, float scale, bf16* out) {
+                             std::int64_t n, float scale, bf16* out, const CpuKernels& kernels = default_kernels()) {
   // Heads split over the threads; every sum is f32 in increasing order of exact products (bf16 x bf16).
-  const simd::GemmOps& ops = gemm_ops();
+  const simd::GemmOps& ops = kernels.ops();
   float* kv = detail::attention_scratch(4, static_cast<std::size_t>(n * C));
   float* pe = detail::attention_scratch(5, static_cast<std::size_t>(n * rope));
   float* ql = detail::attention_scratch(6, static_cast<std::size_t>(H * (C + rope)));
@@ -292,7 +297,7 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
   for (std::int64_t h = 0; h < H; ++h)
     ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_pe + h * q_pe_stride), rope, qp + h * rope);
   // The selected keys packed once into the micro-kernels' panels, shared by every head group (the
-  // score products below are matmul_exact_products' loops on these panels: the same sums).
+  // score products below are matmul_exact()'s loops on these panels: the same sums).
   const int nr = ops.nr;
   const std::int64_t blocks = (n + nr - 1) / nr, kv_chunks = (C + detail::kPanelK - 1) / detail::kPanelK,
                      pe_chunks = (rope + detail::kPanelK - 1) / detail::kPanelK;
@@ -343,7 +348,7 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
       }
       detail::softmax_to_bf16(p, n);
     }
-    detail::matmul_exact_products(hn, C, n, sc, n, kv, C, false, o, C);
+    matmul_exact(hn, C, n, sc, n, kv, C, false, o, C, kernels);
     for (std::int64_t i = 0; i < hn * C; ++i) out[h0 * C + i] = bf16(o[i]);
   });
 }
@@ -368,14 +373,16 @@ namespace dsv32::cpu {
 /// \param k        positions per query (index_topk); the row stride of `selected`
 /// \param selected [S, k] positions, highest score first; count[s] of them valid
 /// \param count    [S] how many positions each query selected: min(k, start_pos + s + 1)
+/// \param kernels  the kernels to run on (Kernels<Cpu> passes the model context's)
 inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t S,
                          std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
-                         std::int64_t start_pos, std::int64_t k, std::int32_t* selected, std::int32_t* count) {
+                         std::int64_t start_pos, std::int64_t k, std::int32_t* selected, std::int32_t* count,
+                         const CpuKernels& kernels = default_kernels()) {
   const std::int64_t T = start_pos + S;
   std::vector<std::int64_t> visible(static_cast<std::size_t>(S));
   for (std::int64_t s = 0; s < S; ++s) visible[s] = start_pos + s + 1;
   std::vector<float> scores(static_cast<std::size_t>(S * T));
-  index_scores(q_codes, q_weight, q_scale, S, H, D, k_codes, k_scale, T, visible.data(), scores.data());
+  index_scores(q_codes, q_weight, q_scale, S, H, D, k_codes, k_scale, T, visible.data(), scores.data(), kernels);
   for (std::int64_t s = 0; s < S; ++s)
     count[s] = static_cast<std::int32_t>(top_k(scores.data() + s * T, visible[s], k, selected + s * k));
 }
@@ -405,9 +412,11 @@ inline bool pages_consecutive(const std::int32_t* table, std::int64_t page_size,
 /// \param pages    each query's sequence, position and block table
 /// \param k        positions per query (index_topk): the row stride of `selected`
 /// \param selected [T, k] positions, highest score first \param count [T] min(k, position + 1)
+/// \param kernels  the kernels to run on (Kernels<Cpu> passes the model context's)
 inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, const float* q_scale, std::int64_t T,
                          std::int64_t H, std::int64_t D, const std::uint8_t* k_codes, const float* k_scale,
-                         const CachePages<Host>& pages, std::int64_t k, std::int32_t* selected, std::int32_t* count) {
+                         const CachePages<Host>& pages, std::int64_t k, std::int32_t* selected, std::int32_t* count,
+                         const CpuKernels& kernels = default_kernels()) {
   const std::int64_t blocks = D / kBlockSize, P = pages.page_size;
   std::vector<std::uint8_t> codes;
   std::vector<float> scales;
@@ -430,7 +439,7 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
       kc = codes.data(), ks = scales.data();
     }
     indexer_topk(q_codes + r0 * H * D, q_weight + r0 * H, q_scale + r0 * H * blocks, S, H, D, kc, ks, start, k,
-                 selected + r0 * k, count + r0);
+                 selected + r0 * k, count + r0, kernels);
   }
 }
 
@@ -443,10 +452,12 @@ inline void indexer_topk(const std::uint8_t* q_codes, const float* q_weight, con
 /// \param rope     qk_rope_head_dim \param selected [T, sel_stride] positions
 /// \param sel_stride elements between selected's rows \param count [T]
 /// \param scale    softmax scale \param out [T, H, C] bf16
+/// \param kernels  the kernels to run on (Kernels<Cpu> passes the model context's)
 inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q_pe_stride, const bf16* kv_cache,
                              const bf16* pe_cache, const CachePages<Host>& pages, std::int64_t H, std::int64_t C,
                              std::int64_t rope, const std::int32_t* selected, std::int64_t sel_stride,
-                             const std::int32_t* count, float scale, bf16* out) {
+                             const std::int32_t* count, float scale, bf16* out,
+                             const CpuKernels& kernels = default_kernels()) {
   std::vector<std::int32_t> rows;
   for (std::int64_t i = 0; i < pages.sequence.size; ++i) {
     const std::int32_t* table = pages.block_table.row(pages.sequence.data[i]);
@@ -455,7 +466,7 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
     for (std::int64_t j = 0; j < n; ++j)
       rows[j] = static_cast<std::int32_t>(detail::paged_row(table, pages.page_size, selected[i * sel_stride + j]));
     latent_attention(q_lat + i * H * C, q_pe + i * H * q_pe_stride, q_pe_stride, kv_cache, pe_cache, H, C, rope,
-                     rows.data(), n, scale, out + i * H * C);
+                     rows.data(), n, scale, out + i * H * C, kernels);
   }
 }
 
@@ -485,19 +496,21 @@ inline const float* exact_row_scales(const WeightView<>& w, std::int64_t r0, std
 /// \param rope   qk_rope_head_dim (only to step over q_pe)
 /// \param v      v_head_dim (only to step over wkv_b's value rows)
 /// \param wkv_b  [H (nope + v), C] (FP8 weights dequantized as the reference does, once per use; at up
-///               to 8 tokens (GemmOps::scaled_cols_rows), where a head's rows share exact block
+///               to 8 tokens (4 on AVX2: plan_latent()), where a head's rows share exact block
 ///               scales, their codes are read as stored instead: the same products,
 ///               GemmOps::e4m3_scaled_cols)
 /// \param q_lat  [T, H, C] bf16
+/// \param kernels  the kernels to run on (Kernels<Cpu> passes the model context's)
 inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t rope,
-                         std::int64_t v, const WeightView<>& wkv_b, bf16* q_lat) {
+                         std::int64_t v, const WeightView<>& wkv_b, bf16* q_lat,
+                         const CpuKernels& kernels = default_kernels()) {
   detail::check_weight_dtype(wkv_b, "absorb_query");
   const std::int64_t C = wkv_b.in, runs = std::min<std::int64_t>(H, num_threads());
   const auto* codes = static_cast<const std::uint8_t*>(wkv_b.data);
-  const bool direct = gemm_ops().e4m3_scaled_cols != nullptr && T <= gemm_ops().scaled_cols_rows;
+  const bool direct = plan_latent(kernels.features, false, T, C) == LatentPath::scaled_codes;
   // a contiguous run of heads per thread, so that each head's kernel can ask for the next one's rows
   parallel_for(runs, (T + 1) * nope * C * ((H + runs - 1) / runs), [&](std::int64_t run) {
-    const simd::GemmOps& ops = gemm_ops();
+    const simd::GemmOps& ops = kernels.ops();
     float* qn = detail::attention_scratch(1, static_cast<std::size_t>(T * nope));
     float* o = detail::attention_scratch(2, static_cast<std::size_t>(T * C));
     const std::int64_t h1 = (run + 1) * H / runs;
@@ -512,10 +525,10 @@ inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int
                              h + 1 < h1 ? codes + (r0 + nope + v) * C : nullptr);
       } else {
         float* w = detail::attention_scratch(0, static_cast<std::size_t>(nope * C));
-        weight_rows_f32(wkv_b, r0, nope, w);
+        weight_rows_f32(wkv_b, r0, nope, w, kernels);
         for (std::int64_t t = 0; t < T; ++t)
           ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q + (t * H + h) * (nope + rope)), nope, qn + t * nope);
-        detail::matmul_exact_products(T, C, nope, qn, nope, w, C, false, o, C);
+        matmul_exact(T, C, nope, qn, nope, w, C, false, o, C, kernels);
       }
       for (std::int64_t t = 0; t < T; ++t)
         for (std::int64_t c = 0; c < C; ++c) q_lat[(t * H + h) * C + c] = bf16(o[t * C + c]);
@@ -534,15 +547,16 @@ inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int
 ///              to 8 tokens, where a head's rows share exact block scales and C is a multiple of 128,
 ///              their codes are read as stored instead: the same products, GemmOps::e4m3_scaled_rows)
 /// \param out   [T, H, v] bf16
+/// \param kernels  the kernels to run on (Kernels<Cpu> passes the model context's)
 inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, std::int64_t nope, std::int64_t v,
-                           const WeightView<>& wkv_b, bf16* out) {
+                           const WeightView<>& wkv_b, bf16* out, const CpuKernels& kernels = default_kernels()) {
   detail::check_weight_dtype(wkv_b, "project_values");
   const std::int64_t C = wkv_b.in, runs = std::min<std::int64_t>(H, num_threads());
   const auto* codes = static_cast<const std::uint8_t*>(wkv_b.data);
-  const bool direct = T <= 8 && C % kBlockSize == 0 && gemm_ops().e4m3_scaled_rows != nullptr;
+  const bool direct = plan_latent(kernels.features, true, T, C) == LatentPath::scaled_codes;
   // a contiguous run of heads per thread, so that each group of rows can ask for the next one
   parallel_for(runs, (T + 1) * v * C * ((H + runs - 1) / runs), [&](std::int64_t run) {
-    const simd::GemmOps& ops = gemm_ops();
+    const simd::GemmOps& ops = kernels.ops();
     float* o = detail::attention_scratch(1, static_cast<std::size_t>(T * C));
     float* y = detail::attention_scratch(2, static_cast<std::size_t>(T * v));
     const std::int64_t h1 = (run + 1) * H / runs;
@@ -561,10 +575,10 @@ inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, st
         }
       } else {
         float* w = detail::attention_scratch(0, static_cast<std::size_t>(v * C));
-        weight_rows_f32(wkv_b, r0, v, w);
+        weight_rows_f32(wkv_b, r0, v, w, kernels);
         for (std::int64_t t = 0; t < T; ++t)
           ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(o_lat + (t * H + h) * C), C, o + t * C);
-        detail::matmul_exact_products(T, v, C, o, C, w, C, true, y, v);
+        matmul_exact(T, v, C, o, C, w, C, true, y, v, kernels);
       }
       for (std::int64_t t = 0; t < T; ++t)
         for (std::int64_t d = 0; d < v; ++d) out[(t * H + h) * v + d] = bf16(y[t * v + d]);

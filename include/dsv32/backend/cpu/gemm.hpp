@@ -22,12 +22,11 @@
 
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <vector>
 
-#include "dsv32/backend/cpu/kernel_table.hpp"
+#include "dsv32/backend/cpu/kernel_plan.hpp"
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
@@ -41,30 +40,6 @@
 namespace dsv32 {
 
 namespace cpu {
-
-/// \brief How FP8 matrix products sum the E4M3 products of each 128-wide block.
-enum class Fp8Accumulation {
-  exact,  ///< exactly (as the reference's arithmetic defines it): the default
-  fast,   ///< in f32 (rounded partial sums) on bf16 dot products (VDPBF16PS where the CPU has it), in
-          ///< the documented orders of simd/gemm_ops.hpp: the row order for products of at most 4
-          ///< rows (decode at batch 1 to 4), the panel order for more
-};
-
-namespace detail {
-inline std::atomic<int>& fp8_accumulation_setting() {
-  static std::atomic<int> value{static_cast<int>(Fp8Accumulation::exact)};
-  return value;
-}
-}  // namespace detail
-
-/// \brief The FP8 accumulation mode the products use now.
-inline Fp8Accumulation fp8_accumulation() noexcept {
-  return static_cast<Fp8Accumulation>(detail::fp8_accumulation_setting().load(std::memory_order_relaxed));
-}
-/// \brief Sets the process-wide FP8 accumulation mode; returns the previous one.
-inline Fp8Accumulation set_fp8_accumulation(Fp8Accumulation mode) noexcept {
-  return static_cast<Fp8Accumulation>(detail::fp8_accumulation_setting().exchange(static_cast<int>(mode)));
-}
 
 /// \brief The kernels' f32 work matrix: dynamic size, row-major like dsv32's tensors.
 using RowMatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
@@ -84,8 +59,10 @@ inline float* thread_scratch(std::size_t slot, std::size_t n) {
 /// \param r0  first row
 /// \param n   rows, with r0 + n <= w.out
 /// \param out [n, w.in] f32
+/// \param k   the kernels to run on
 /// \throws Error(unsupported) for a dtype other than BF16, F32 or F8_E4M3
-inline void weight_rows_f32(const WeightView<>& w, std::int64_t r0, std::int64_t n, float* out) {
+inline void weight_rows_f32(const WeightView<>& w, std::int64_t r0, std::int64_t n, float* out,
+                            const CpuKernels& k = default_kernels()) {
   const std::int64_t K = w.in;
   switch (w.dtype) {
     case DType::F32: {
@@ -94,10 +71,10 @@ inline void weight_rows_f32(const WeightView<>& w, std::int64_t r0, std::int64_t
       break;
     }
     case DType::BF16:
-      gemm_ops().widen_bf16(static_cast<const std::uint16_t*>(w.data) + r0 * K, n * K, out);
+      k.ops().widen_bf16(static_cast<const std::uint16_t*>(w.data) + r0 * K, n * K, out);
       break;
     case DType::F8_E4M3: {
-      const simd::GemmOps& ops = gemm_ops();
+      const simd::GemmOps& ops = k.ops();
       const auto* src = static_cast<const std::uint8_t*>(w.data);
       const std::int64_t sc = w.scale_cols();
       for (std::int64_t r = 0; r < n; ++r) {
@@ -162,10 +139,13 @@ inline std::int64_t chunk_rows(std::int64_t n, std::int64_t want_tasks, std::int
   return std::clamp<std::int64_t>(rows, align, max_rows);
 }
 
-/// y = x W^T for a BF16 or F32 weight; store(m0, rows, n0, cols, tile, ld) receives f32 tiles.
+/// y = x W^T for a BF16 or F32 weight on the path plan_dense() names; store(m0, rows, n0, cols,
+/// tile, ld) receives f32 tiles.
 template <class Store>
-void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const WeightView<>& w, Store&& store) {
+void dense_product(const CpuKernels& kernels, MatrixView<const bf16> x, const WeightView<>& w, Store&& store) {
+  const simd::GemmOps& ops = kernels.ops();
   const std::int64_t M = x.rows, N = w.out, K = w.in;
+  const DensePath path = plan_dense(kernels.features, w.dtype, M);
   const int nr = ops.nr, mr = ops.mr;
   const auto micro = w.dtype == DType::F32 ? ops.micro_rounded_products : ops.micro_exact_products;
   auto pack_b = [&](std::int64_t row, int n, std::int64_t k0, int kc, float* out) {
@@ -180,7 +160,7 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
       ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(x.row(m0 + i) + k0), kc, out + i * kPanelK);
   };
   const std::int64_t chunks = (K + kPanelK - 1) / kPanelK;
-  if (M <= 8 && w.dtype == DType::BF16 && ops.bf16_rows) {
+  if (path == DensePath::rows_bf16 || path == DensePath::rows_bf16_pairs) {
     // Decode on bf16 weights: rows streamed once, transposed in registers, 16 at a time.
     const std::int64_t kpad = (K + 31) / 32 * 32;
     float* a = gemm_scratch<float>(0, static_cast<std::size_t>(M * kpad));
@@ -192,7 +172,7 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
     // and the least biased exponent the weights need for the instruction's sums to be bf16_rows'
     const std::uint32_t* xp = nullptr;
     std::uint16_t limit = 0;
-    if (ops.bf16_pair_rows) {
+    if (path == DensePath::rows_bf16_pairs) {
       int least = 255;  // biased exponent of x's smallest nonzero magnitude; 0: a subnormal
       std::uint32_t* pairs = gemm_scratch<std::uint32_t>(2, static_cast<std::size_t>(M * kpad / 2));
       for (std::int64_t i = 0; i < M; ++i) {
@@ -223,7 +203,7 @@ void dense_product(const simd::GemmOps& ops, MatrixView<const bf16> x, const Wei
     });
     return;
   }
-  if (M <= mr) {
+  if (path == DensePath::rows_packed) {
     // Decode: every weight row is read once; a thread streams whole rows, nr at a time.
     float* a = gemm_scratch<float>(0, static_cast<std::size_t>(M * chunks * kPanelK));
     for (std::int64_t c = 0; c < chunks; ++c) {
@@ -299,26 +279,27 @@ void side_by_side(std::int64_t T, std::int64_t n, Value&& value, Out* out) {
 
 /// y = dequant(xq) dequant(W)^T for an F8_E4M3 weight: per 128-wide block the dot of E4M3 values
 /// (exact, or f32 in the fast mode in VDPBF16PS's order, simd/gemm_ops.hpp), rounded to f32, times xs[m, kb] * w_scale[n / 128, kb], summed
-/// over the blocks in increasing k in f32 — the reference's arithmetic. store() as dense_product().
+/// over the blocks in increasing k in f32 — the reference's arithmetic, on the path plan_fp8() names
+/// for the kernels' features and FP8 mode. store() as dense_product().
 template <class Store>
-void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* xs, std::int64_t M,
-                 const WeightView<>& w, Fp8Accumulation mode, Store&& store) {
+void fp8_product(const CpuKernels& kernels, const std::uint8_t* xq, const float* xs, std::int64_t M,
+                 const WeightView<>& w, Store&& store) {
+  const simd::GemmOps& ops = kernels.ops();
   const std::int64_t N = w.out, K = w.in, KB = K / kPanelK, sc = w.scale_cols();
   const auto* wq = static_cast<const std::uint8_t*>(w.data);
-  // the fast mode's panel order from kFp8RowOrderMaxRows + 1 rows on: streamed up to 8 rows where the
-  // table has e4m3_panel_rows or e4m3_panel_rows_f32, else on the packed panels below (the same bits)
-  const bool panel_order = mode == Fp8Accumulation::fast && M > simd::kFp8RowOrderMaxRows;
-  const bool panel_f32 = panel_order && !ops.e4m3_panel_rows && ops.e4m3_panel_rows_f32;  // pairs preferred
-  if (M <= 8 && (!panel_order || ops.e4m3_panel_rows || ops.e4m3_panel_rows_f32)) {
-    // Decode: weight rows streamed once. Exact mode: exact block dots against x * 2^512 in double;
-    // fast mode: f32 block dots in the row order (simd/gemm_ops.hpp), x as bf16 pairs in slot order,
-    // or in the panel order, x as bf16 pairs in column order or as f32 values, rows side by side.
-    const bool exact = mode == Fp8Accumulation::exact;
-    // exact mode from kE4m3PanelF64MinRows rows on: lanes over the weight rows where the table has
-    // that kernel (the same bits: each block's dot is exact)
-    const bool exact_panel = exact && M >= simd::kE4m3PanelF64MinRows && ops.e4m3_panel_rows_f64;
-    // and on AMX-INT8 tiles where the table has them (x as plane tiles, made once per call)
-    const bool exact_tiles = exact_panel && ops.e4m3_tiles_rows;
+  const Fp8Path path = plan_fp8(kernels.features, kernels.fp8, M);
+  const bool panel_order = path == Fp8Path::panel_rows_pairs || path == Fp8Path::panel_rows_f32;
+  const bool panel_f32 = path == Fp8Path::panel_rows_f32;
+  if (path == Fp8Path::tiles_rows || path == Fp8Path::panel_rows_f64 || path == Fp8Path::rows_f64 ||
+      path == Fp8Path::row_order_pairs || panel_order) {
+    // Decode: weight rows streamed once. Exact mode: exact block dots against x * 2^512 in double,
+    // or with lanes over the weight rows (from kE4m3PanelF64MinRows rows), or on AMX-INT8 tiles (x
+    // as plane tiles, made once per call): the same bits, each block's dot is exact. Fast mode: f32
+    // block dots in the row order (simd/gemm_ops.hpp), x as bf16 pairs in slot order, or in the
+    // panel order, x as bf16 pairs in column order or as f32 values, rows side by side.
+    const bool exact = kernels.fp8 == Fp8Accumulation::exact;
+    const bool exact_panel = path == Fp8Path::panel_rows_f64 || path == Fp8Path::tiles_rows;
+    const bool exact_tiles = path == Fp8Path::tiles_rows;
     std::int8_t* xt = nullptr;
     double* xd = nullptr;
     std::uint32_t* xp = nullptr;
@@ -382,18 +363,18 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
     });
     return;
   }
-  // Prefill (and the fast mode's products of 5 to 8 rows on a table without e4m3_panel_rows):
+  // Prefill (and the fast mode's products of 5 to 8 rows on a level without a streamed kernel):
   // tasks of (mc x rows) x (nc weight rows, whole 128-row scale blocks); per 128 columns
   // the weight panel is packed once (f64 exact values; in the fast mode f32 values, or bf16 pairs
   // where the table has VDPBF16PS dots) and every row tile of x runs against it. For the pair dots
   // x becomes bf16 pairs once per call (in chunks of about 128 mr rows, which bounds that scratch
   // at ~128 mr x K x 2 bytes), not once per weight tile; otherwise each row tile is widened just
   // before it runs (mr x 128 values, in L1).
-  const bool exact = mode == Fp8Accumulation::exact;
-  const bool pairs = !exact && ops.fp8_pair_dots;
-  // exact mode on AMX-INT8 tiles where the table has them: tasks of kE4m3TilesGemmRows x rows, whose
-  // plane tiles are made once per chunk of 4 tasks' rows (4 x 256 rows x K bytes at most)
-  const bool tiles = exact && ops.e4m3_tiles_gemm;
+  const bool exact = path == Fp8Path::panels_f64 || path == Fp8Path::tiles_gemm;
+  const bool pairs = path == Fp8Path::panels_pairs;
+  // exact mode on AMX-INT8 tiles: tasks of kE4m3TilesGemmRows x rows, whose plane tiles are made
+  // once per chunk of 4 tasks' rows (4 x 256 rows x K bytes at most)
+  const bool tiles = path == Fp8Path::tiles_gemm;
   const int nr = exact ? ops.nr64 : ops.nr, mr = exact ? ops.mr64 : ops.mr;
   const std::int64_t blocks = (N + kBlockSize - 1) / kBlockSize;
   // fast mode: row tiles of up to 48 mr rows when the weight tiles alone give the threads enough
@@ -469,17 +450,11 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
           for (std::int64_t p = 0; p < cols; p += nr)
             ops.pack_e4m3_f64(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)),
                               kPanelK, bp + p * kPanelK);
-          alignas(64) double dot[16 * 16];
           by_row_tiles(ops.widen_e4m3_f64, ap, [&](int h, std::int64_t i) {
             for (std::int64_t p = 0; p < cols; p += nr) {
               const int n = static_cast<int>(std::min<std::int64_t>(nr, cols - p));
               const float* s = scale + (p / kBlockSize) * mc + i;
-              if (ops.micro_f64_scaled) {
-                ops.micro_f64_scaled(h, n, ap, kPanelK, bp + p * kPanelK, s, cbuf + i * nc + p, nc);
-              } else {
-                ops.micro_f64(h, kPanelK, ap, kPanelK, bp + p * kPanelK, dot, nr);
-                ops.epilogue_f64(h, n, dot, nr, s, cbuf + i * nc + p, nc);
-              }
+              ops.micro_f64_scaled(h, n, ap, kPanelK, bp + p * kPanelK, s, cbuf + i * nc + p, nc);
             }
           });
         } else if (!pairs) {
@@ -489,17 +464,11 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
           for (std::int64_t p = 0; p < cols; p += nr)
             ops.pack_e4m3(wq + (n0 + p) * K + k0, K, static_cast<int>(std::min<std::int64_t>(nr, cols - p)), kPanelK,
                           bp + p * kPanelK);
-          alignas(64) float dot[16 * 32];
           by_row_tiles(ops.widen_e4m3, ap, [&](int h, std::int64_t i) {
             for (std::int64_t p = 0; p < cols; p += nr) {
               const int n = static_cast<int>(std::min<std::int64_t>(nr, cols - p));
               const float* s = scale + (p / kBlockSize) * mc + i;
-              if (ops.fp8_value_dots_scaled) {
-                ops.fp8_value_dots_scaled(h, n, ap, kPanelK, bp + p * kPanelK, s, cbuf + i * nc + p, nc);
-              } else {
-                ops.fp8_value_dots(h, ap, kPanelK, bp + p * kPanelK, dot, nr);
-                ops.epilogue_f32(h, n, dot, nr, s, cbuf + i * nc + p, nc);
-              }
+              ops.fp8_value_dots_scaled(h, n, ap, kPanelK, bp + p * kPanelK, s, cbuf + i * nc + p, nc);
             }
           });
         } else {
@@ -526,13 +495,28 @@ void fp8_product(const simd::GemmOps& ops, const std::uint8_t* xq, const float* 
   }
 }
 
-/// c[i][j] = sum_k a[i][k] b(k, j) for i < M, j < N: f32 sums in increasing k on the kernels of
-/// gemm_ops(), on the calling thread. b(k, j) is b[j * ldb + k] when b_rows_n (a weight's [N, K]
-/// layout), else b[k * ldb + j]. Every product must be exact in f32 (bf16 or E4M3 values times each
-/// other), so the result is the same on every ISA and equals the plain loop's.
-inline void matmul_exact_products(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t lda,
-                                  const float* b, std::int64_t ldb, bool b_rows_n, float* c, std::int64_t ldc) {
-  const simd::GemmOps& ops = gemm_ops();
+}  // namespace detail
+
+/// \brief c = a b for f32 operands whose every product is exact in f32 (bf16 or E4M3 values times
+///        each other): c[i][j] = sum_k a[i][k] b(k, j) for i < M, j < N, f32 sums in increasing k
+///        with one rounding per addition — the same bits on every ISA, equal to the plain loop's. On
+///        the calling thread (the attention kernels call it inside their own parallel loops).
+/// \param M        rows of a and c
+/// \param N        columns of c
+/// \param K        the summed dimension (K <= 0: c is zeroed)
+/// \param a        [M, K] row-major
+/// \param lda      elements between a's rows
+/// \param b        b(k, j) = b[j ldb + k] when b_rows_n (a weight's [N, K] layout), else b[k ldb + j]
+/// \param ldb      b's row stride
+/// \param b_rows_n whether b is laid out [N, K]
+/// \param c        [M, N] f32 output
+/// \param ldc      elements between c's rows
+/// \param kernels  the kernels to run on
+inline void matmul_exact(std::int64_t M, std::int64_t N, std::int64_t K, const float* a, std::int64_t lda,
+                         const float* b, std::int64_t ldb, bool b_rows_n, float* c, std::int64_t ldc,
+                         const CpuKernels& kernels = default_kernels()) {
+  using detail::gemm_scratch, detail::kPanelK;
+  const simd::GemmOps& ops = kernels.ops();
   const int nr = ops.nr, mr = ops.mr;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
@@ -564,14 +548,14 @@ inline void matmul_exact_products(std::int64_t M, std::int64_t N, std::int64_t K
   }
 }
 
-}  // namespace detail
-
 /// \brief y = bf16(x W^T) with f32 accumulation: the reference's `linear` (bf16 or FP8 weights).
-/// \param x   [M, in] bf16
-/// \param w   [out, in] BF16, F32 or F8_E4M3 (then x is quantized per 1x128 block with `fmt`)
-/// \param fmt activation scale format for FP8 weights
-/// \param y   [M, out] bf16
-inline void linear(MatrixView<const bf16> x, const WeightView<>& w, ScaleFmt fmt, MatrixView<bf16> y) {
+/// \param x       [M, in] bf16
+/// \param w       [out, in] BF16, F32 or F8_E4M3 (then x is quantized per 1x128 block with `fmt`)
+/// \param fmt     activation scale format for FP8 weights
+/// \param y       [M, out] bf16
+/// \param kernels the kernels and FP8 mode to run on (a model passes its ExecutionContext's)
+inline void linear(MatrixView<const bf16> x, const WeightView<>& w, ScaleFmt fmt, MatrixView<bf16> y,
+                   const CpuKernels& kernels = default_kernels()) {
   detail::check_linear_shapes(x, w, y.rows, y.cols);
   detail::check_weight_dtype(w, "linear");
   if (x.rows == 0) return;
@@ -583,17 +567,16 @@ inline void linear(MatrixView<const bf16> x, const WeightView<>& w, ScaleFmt fmt
       for (std::int64_t j = 0; j < cols; ++j) dst[j] = bf16(tile[r * ld + j]);
     }
   };
-  const simd::GemmOps& ops = gemm_ops();
   if (w.dtype == DType::F8_E4M3) {
     DSV32_CHECK(w.in % kBlockSize == 0, invalid_argument, "FP8 linear needs in_features % 128 == 0, got ", w.in);
     const std::int64_t kb = w.in / kBlockSize;
     // the calling thread's scratch slots that no task of the product uses
     std::uint8_t* xq = detail::gemm_scratch<std::uint8_t>(0, static_cast<std::size_t>(x.rows * w.in));
     float* xs = detail::gemm_scratch<float>(4, static_cast<std::size_t>(x.rows * kb));
-    act_quant(x, fmt, {xq, x.rows, w.in, w.in}, {xs, x.rows, kb, kb});
-    detail::fp8_product(ops, xq, xs, x.rows, w, fp8_accumulation(), store);
+    act_quant(x, fmt, {xq, x.rows, w.in, w.in}, {xs, x.rows, kb, kb}, kernels);
+    detail::fp8_product(kernels, xq, xs, x.rows, w, store);
   } else {
-    detail::dense_product(ops, x, w, store);
+    detail::dense_product(kernels, x, w, store);
   }
 }
 
@@ -601,13 +584,15 @@ inline void linear(MatrixView<const bf16> x, const WeightView<>& w, ScaleFmt fmt
 /// \param x [M, in] bf16
 /// \param w [out, in] BF16 or F32
 /// \param y [M, out] f32
-inline void linear_f32(MatrixView<const bf16> x, const WeightView<>& w, MatrixView<float> y) {
+/// \param kernels the kernels to run on
+inline void linear_f32(MatrixView<const bf16> x, const WeightView<>& w, MatrixView<float> y,
+                       const CpuKernels& kernels = default_kernels()) {
   detail::check_linear_shapes(x, w, y.rows, y.cols);
   DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32, invalid_argument,
               "f32 linear needs a BF16 or F32 weight, got ", dtype_name(w.dtype));
   if (x.rows == 0) return;
   const IeeeSubnormalScope ieee;
-  detail::dense_product(gemm_ops(), x, w,
+  detail::dense_product(kernels, x, w,
                         [&](std::int64_t m0, std::int64_t rows, std::int64_t n0, std::int64_t cols, const float* tile,
                             std::int64_t ld) {
                           for (std::int64_t r = 0; r < rows; ++r)

@@ -1,7 +1,7 @@
 /// \file
-/// \brief CPU: the SIMD kernel table the CPU kernels use now, gemm_ops(): the products (gemm.hpp),
+/// \brief CPU: the SIMD kernel table of a feature set, kernel_table(): the products (gemm.hpp),
 ///        activation quantization (quant.hpp) and attention (attention.hpp) all reach the ISA
-///        kernels through it.
+///        kernels through it (via CpuKernels::ops(), cpu/kernel_plan.hpp).
 ///
 /// Without `DSV32_CPU_KERNELS_SEPARATE` it includes every ISA's kernels (simd/tables.hpp); with it,
 /// it only declares simd::compiled_ops(), which one source file of the program defines
@@ -18,20 +18,21 @@
 namespace dsv32::cpu::simd {
 // simd::ops_for(), defined by the one source file of the program that includes
 // cpu/separate_kernels.hpp (which documents it)
-const GemmOps& compiled_ops(Isa isa);
+const GemmOps& compiled_ops(const CpuFeatures& f);
 }  // namespace dsv32::cpu::simd
 #endif
 
 namespace dsv32::cpu {
 
-/// \brief The kernel table for the ISA the products use now (active_isa()): simd::ops_for(), or
-///        where the program defines DSV32_CPU_KERNELS_SEPARATE the same table compiled in one of its
-///        source files (cpu/separate_kernels.hpp).
-inline const simd::GemmOps& gemm_ops() {
+/// \brief The kernel table of feature set `f`: simd::ops_for(f), or where the program defines
+///        DSV32_CPU_KERNELS_SEPARATE the same table compiled in one of its source files
+///        (cpu/separate_kernels.hpp). The products and attention reach it through
+///        CpuKernels::ops() (cpu/kernel_plan.hpp).
+inline const simd::GemmOps& kernel_table(const CpuFeatures& f) {
 #if defined(DSV32_CPU_KERNELS_SEPARATE)
-  return simd::compiled_ops(active_isa());
+  return simd::compiled_ops(f);
 #else
-  return simd::ops_for(active_isa());
+  return simd::ops_for(f);
 #endif
 }
 

@@ -89,16 +89,14 @@ struct Kernels<Cpu> {
   /// \param ctx the model's context \param x [M, in] bf16 (rows may be strided) \param w [out, in]
   /// \param fmt activation scale format for FP8 weights \param y [M, out] bf16
   static void linear(Context& ctx, Mat<const bf16> x, const Weight& w, ScaleFmt fmt, Mat<bf16> y) {
-    (void)ctx;
-    cpu::linear(x, w, fmt, y);
+    cpu::linear(x, w, fmt, y, cpu::resolve(ctx.kernels));
   }
   // [M, in] x [out, in]^T -> [M, out] f32
   /// \brief y = f32(x) f32(W)^T, all f32 (gate scores, the head) (cpu::linear_f32()).
   /// \param ctx the model's context \param x [M, in] bf16 (rows may be strided) \param w [out, in]
   ///        BF16 or F32 \param y [M, out] f32
   static void linear_f32(Context& ctx, Mat<const bf16> x, const Weight& w, Mat<float> y) {
-    (void)ctx;
-    cpu::linear_f32(x, w, y);
+    cpu::linear_f32(x, w, y, cpu::resolve(ctx.kernels));
   }
   // [rows, cols] -> codes [rows, cols], scales [rows, cols / 128]
   /// \brief Quantizes bf16 activations to E4M3 per 1x128 block (cpu::act_quant()).
@@ -108,8 +106,7 @@ struct Kernels<Cpu> {
   /// \param codes [rows, cols] E4M3 codes: e4m3(clamp(x / s, -448, 448))
   /// \param s     [rows, cols / 128] f32 block scales
   static void act_quant(Context& ctx, Mat<const bf16> x, ScaleFmt fmt, Mat<std::uint8_t> codes, Mat<float> s) {
-    (void)ctx;
-    cpu::act_quant(x, fmt, codes, s);
+    cpu::act_quant(x, fmt, codes, s, cpu::resolve(ctx.kernels));
   }
   // in place, rows (token, head) of [tokens * heads, rope_dim]
   /// \brief Rotates rows in place in f32, rounding to bf16 (cpu::rope()): row r belongs to token
@@ -164,7 +161,6 @@ struct Kernels<Cpu> {
                            Mat<const bf16> head_weights, float head_scale, float dim_scale,
                            Mat<const std::uint8_t> k_codes, Mat<const float> k_scale, const CachePages<Host>& pages,
                            Mat<std::int32_t> selected, Vec<std::int32_t> count) {
-    (void)ctx;
     const std::int64_t T = head_weights.rows, H = head_weights.cols, D = q_codes.cols;
     const std::int64_t blocks = q_scale.cols;
     // The CPU scorer takes one f32 weight per head: with one block the reference's (w * q_scale) * d^-0.5,
@@ -176,7 +172,7 @@ struct Kernels<Cpu> {
         weight[t * H + h] = blocks == 1 ? w * q_scale.row(t * H + h)[0] * dim_scale : w * dim_scale;
       }
     cpu::indexer_topk(q_codes.data, weight.data(), q_scale.data, T, H, D, k_codes.data, k_scale.data, pages,
-                      selected.stride, selected.data, count.data);
+                      selected.stride, selected.data, count.data, cpu::resolve(ctx.kernels));
   }
   // one sequence: q [S, H (nope + rope)], kv [T, H (nope + v)], k_pe [T, rope] -> [S, H v]
   /// \brief MLA prefill attention of one sequence over its selected positions (cpu::sparse_attention()):
@@ -191,9 +187,8 @@ struct Kernels<Cpu> {
   static void sparse_attention(Context& ctx, Mat<const bf16> q, Mat<const bf16> kv, Mat<const bf16> k_pe,
                                std::int64_t heads, std::int64_t nope, std::int64_t v, Mat<const std::int32_t> selected,
                                Vec<const std::int32_t> count, float scale, Mat<bf16> out) {
-    (void)ctx;
     cpu::sparse_attention(q.data, kv.data, k_pe.data, q.rows, heads, nope, k_pe.cols, v, selected.data, count.data,
-                          selected.stride, scale, out.data);
+                          selected.stride, scale, out.data, cpu::resolve(ctx.kernels));
   }
   // T queries of a ragged pass: q_lat [T H, C], q_pe [T H, rope], paged caches -> [T H, C]
   /// \brief MLA attention in the absorbed (latent) form for every query of a ragged pass
@@ -211,9 +206,9 @@ struct Kernels<Cpu> {
                                Mat<const bf16> pe_cache, const CachePages<Host>& pages, std::int64_t heads,
                                Mat<const std::int32_t> selected, Vec<const std::int32_t> count, float scale,
                                Mat<bf16> out) {
-    (void)ctx;
     cpu::latent_attention(q_lat.data, q_pe.data, q_pe.stride, kv_cache.data, pe_cache.data, pages, heads, q_lat.cols,
-                          pe_cache.cols, selected.data, selected.stride, count.data, scale, out.data);
+                          pe_cache.cols, selected.data, selected.stride, count.data, scale, out.data,
+                          cpu::resolve(ctx.kernels));
   }
   // [T H, nope] (strided rows of q) -> [T H, C]
   /// \brief Projects q_nope into the latent space through wkv_b's key rows (cpu::absorb_query()):
@@ -224,8 +219,8 @@ struct Kernels<Cpu> {
   /// \param q_lat [T * H, C] bf16
   static void absorb_query(Context& ctx, Mat<const bf16> q, const Weight& wkv_b, std::int64_t heads, std::int64_t nope,
                            std::int64_t v, Mat<bf16> q_lat) {
-    (void)ctx;
-    cpu::absorb_query(q.data, q.rows / heads, heads, nope, q.stride - nope, v, wkv_b, q_lat.data);
+    cpu::absorb_query(q.data, q.rows / heads, heads, nope, q.stride - nope, v, wkv_b, q_lat.data,
+                      cpu::resolve(ctx.kernels));
   }
   // [T H, C] -> [T H, v]
   /// \brief Maps latent attention outputs to values through wkv_b's value rows (cpu::project_values()).
@@ -233,8 +228,8 @@ struct Kernels<Cpu> {
   /// \param heads H \param nope qk_nope_head_dim \param out [T * H, v] bf16
   static void project_values(Context& ctx, Mat<const bf16> o_lat, const Weight& wkv_b, std::int64_t heads,
                              std::int64_t nope, Mat<bf16> out) {
-    (void)ctx;
-    cpu::project_values(o_lat.data, o_lat.rows / heads, heads, nope, out.cols, wkv_b, out.data);
+    cpu::project_values(o_lat.data, o_lat.rows / heads, heads, nope, out.cols, wkv_b, out.data,
+                        cpu::resolve(ctx.kernels));
   }
   // logits [T, E] -> weights [T, k], experts [T, k]
   /// \brief The gate's routing decision (cpu::route()).

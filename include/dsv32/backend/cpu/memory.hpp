@@ -13,16 +13,21 @@
 #include <new>
 
 #include "dsv32/backend/backend.hpp"
+#include "dsv32/backend/cpu/kernel_options.hpp"
 
 namespace dsv32 {
 
 /// \addtogroup backend
 /// @{
 
-/// \brief The CPU backend's execution context: nothing to hold (work runs on the calling thread and
-///        its OpenMP team), only the count of host synchronizations (Memory<Cpu>::synchronize()).
+/// \brief The CPU backend's execution context: the model's kernel options and the count of host
+///        synchronizations (Memory<Cpu>::synchronize()); work runs on the calling thread and its
+///        OpenMP team.
 template <>
 struct ExecutionContext<Cpu> {
+  /// \brief This model's kernel options: FP8 accumulation mode and ISA cap (cpu::KernelOptions),
+  ///        read by every kernel call; set them before a forward pass, not during one.
+  cpu::KernelOptions kernels;
   /// \brief Host synchronizations made through this context (for the CPU, points where a
   ///        device backend would have to wait; counted so that tests hold every backend to the same
   ///        budget per forward step).

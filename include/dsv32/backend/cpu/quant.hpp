@@ -1,6 +1,6 @@
 /// \file
 /// \brief CPU: dtype conversions of activations and weights: FP8 activation quantization (act_quant(),
-///        on the ISA kernels of gemm_ops()) and its scales, weight dequantization, and rounding to bf16
+///        on the ISA kernels of the given CpuKernels) and its scales, weight dequantization, and rounding to bf16
 ///        and widening back to f32.
 #pragma once
 
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "dsv32/backend/cpu/kernel_table.hpp"
+#include "dsv32/backend/cpu/kernel_plan.hpp"
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
 #include "dsv32/config/model_config.hpp"
@@ -35,15 +35,16 @@ inline float dequant_weight(std::uint8_t code, float block_scale) noexcept {
 }
 
 /// \brief Quantizes bf16 activations to E4M3 per 1x128 block (the reference's act_quant), on the
-///        kernels of gemm_ops(): the same codes and scales on every ISA.
+///        kernels of the given CpuKernels: the same codes and scales on every ISA.
 /// \param x     [rows, cols] bf16, cols a multiple of 128
 /// \param fmt   activation scale format
 /// \param codes [rows, cols] E4M3 codes: e4m3(clamp(x / s, -448, 448))
 /// \param scale [rows, cols / 128] f32 block scales: activation_scale(max |x| of the block, fmt)
+/// \param kernels the kernels to run on
 inline void act_quant(MatrixView<const bf16> x, ScaleFmt fmt, MatrixView<std::uint8_t> codes,
-                      MatrixView<float> scale) {
+                      MatrixView<float> scale, const CpuKernels& kernels = default_kernels()) {
   const std::int64_t blocks = x.cols / kBlockSize;
-  const simd::GemmOps& ops = gemm_ops();
+  const simd::GemmOps& ops = kernels.ops();
   parallel_for(x.rows, x.cols, [&](std::int64_t r) {
     const auto* xr = reinterpret_cast<const std::uint16_t*>(x.row(r));
     for (std::int64_t b = 0; b < blocks; ++b) {

@@ -8,10 +8,10 @@
 /// such source files can compile them once:
 /// - define `DSV32_CPU_KERNELS_SEPARATE` for every source file of the program (`-D`, or
 ///   `target_compile_definitions`): cpu/kernel_table.hpp then only declares simd::compiled_ops() and includes
-///   no kernel. All of them, not some: cpu::gemm_ops() is an inline function whose body depends on
+///   no kernel. All of them, not some: cpu::kernel_table() is an inline function whose body depends on
 ///   the macro, and one program must see one definition of it;
 /// - include this header in exactly one of them, which defines it (built without the macro, that file
-///   fails to compile with an `#error` saying so: it would hold the other definition of gemm_ops()).
+///   fails to compile with an `#error` saying so: it would hold the other definition of kernel_table()).
 ///
 /// The kernels are the same code either way, compiled with the same flags, so the results are the
 /// same bits; calls reach the kernel table through one function call instead of an inline one (each
@@ -29,8 +29,8 @@
 
 namespace dsv32::cpu::simd {
 
-/// \brief ops_for(), compiled in this one source file: the kernel table that cpu::gemm_ops() returns
-///        in the source files built with DSV32_CPU_KERNELS_SEPARATE.
-const GemmOps& compiled_ops(Isa isa) { return ops_for(isa); }
+/// \brief ops_for(), compiled in this one source file: the kernel table that cpu::kernel_table()
+///        returns in the source files built with DSV32_CPU_KERNELS_SEPARATE.
+const GemmOps& compiled_ops(const CpuFeatures& f) { return ops_for(f); }
 
 }  // namespace dsv32::cpu::simd

@@ -1026,44 +1026,38 @@ DSV32_TARGET_AVX2 inline void e4m3_scaled_rows(int M, int n, std::int64_t K, con
 namespace dsv32::cpu::simd {
 
 /// \brief The AVX2 table (only call where detected_isa() is at least Isa::avx2).
-inline const GemmOps& avx2_ops() {
-  static const GemmOps ops = [] {
-    GemmOps o;
-    o.isa = Isa::avx2;
-    o.nr = 16;
-    o.mr = 6;
-    o.nr64 = 8;
-    o.mr64 = 6;
-    o.pack_bf16 = avx2::pack_bf16;
-    o.pack_f32 = avx2::pack_f32;
-    o.pack_e4m3 = avx2::pack_e4m3;
-    o.pack_e4m3_f64 = avx2::pack_e4m3_f64;
-    o.micro_exact_products = avx2::micro_exact_products;
-    o.micro_rounded_products = avx2::micro_rounded_products;
-    o.micro_f64 = avx2::micro_f64;
-    o.micro_f64_scaled = avx2::micro_f64_scaled;
-    o.epilogue_f64 = avx2::epilogue_f64;
-    o.epilogue_f32 = avx2::epilogue_f32;
-    o.widen_bf16 = avx2::widen_bf16;
-    o.widen_e4m3 = avx2::widen_e4m3;
-    o.widen_e4m3_f64 = avx2::widen_e4m3_f64;
-    o.amax_bf16 = avx2::amax_bf16;
-    o.quantize_e4m3 = avx2::quantize_e4m3;
-    o.dequant_e4m3 = avx2::dequant_e4m3;
-    o.bf16_rows = avx2::bf16_rows;
-    o.e4m3_pair_rows = avx2::e4m3_pair_rows;
-    o.e4m3_panel_rows = avx2::e4m3_panel_rows;
-    o.e4m3_rows = avx2::e4m3_rows;
-    o.e4m3_scaled_cols = avx2::e4m3_scaled_cols;
-    // from 5 rows on its 16 registers hold one vector of columns a pass, and dequantizing wins
-    // (forced to AVX2 on a Granite Rapids host, absorb_query at 8 tokens: 2.33 against 2.88 ms)
-    o.scaled_cols_rows = 4;
-    o.e4m3_scaled_rows = avx2::e4m3_scaled_rows;
-    o.fp8_value_dots = avx2::fp8_value_dots;
-    o.fp8_value_dots_scaled = avx2::fp8_value_dots_scaled;
-    return o;
-  }();
-  return ops;
+inline GemmOps avx2_table() {
+  GemmOps o;
+  o.isa = Isa::avx2;
+  o.nr = 16;
+  o.mr = 6;
+  o.nr64 = 8;
+  o.mr64 = 6;
+  o.pack_bf16 = avx2::pack_bf16;
+  o.pack_f32 = avx2::pack_f32;
+  o.pack_e4m3 = avx2::pack_e4m3;
+  o.pack_e4m3_f64 = avx2::pack_e4m3_f64;
+  o.micro_exact_products = avx2::micro_exact_products;
+  o.micro_rounded_products = avx2::micro_rounded_products;
+  o.micro_f64 = avx2::micro_f64;
+  o.micro_f64_scaled = avx2::micro_f64_scaled;
+  o.epilogue_f64 = avx2::epilogue_f64;
+  o.epilogue_f32 = avx2::epilogue_f32;
+  o.widen_bf16 = avx2::widen_bf16;
+  o.widen_e4m3 = avx2::widen_e4m3;
+  o.widen_e4m3_f64 = avx2::widen_e4m3_f64;
+  o.amax_bf16 = avx2::amax_bf16;
+  o.quantize_e4m3 = avx2::quantize_e4m3;
+  o.dequant_e4m3 = avx2::dequant_e4m3;
+  o.bf16_rows = avx2::bf16_rows;
+  o.e4m3_pair_rows = avx2::e4m3_pair_rows;
+  o.e4m3_panel_rows = avx2::e4m3_panel_rows;
+  o.e4m3_rows = avx2::e4m3_rows;
+  o.e4m3_scaled_cols = avx2::e4m3_scaled_cols;
+  o.e4m3_scaled_rows = avx2::e4m3_scaled_rows;
+  o.fp8_value_dots = avx2::fp8_value_dots;
+  o.fp8_value_dots_scaled = avx2::fp8_value_dots_scaled;
+  return o;
 }
 
 }  // namespace dsv32::cpu::simd

@@ -1699,75 +1699,63 @@ DSV32_TARGET_AVX512_AMX inline void e4m3_tiles_gemm(int rows, int cols, std::int
 
 namespace dsv32::cpu::simd {
 
-/// \brief The AVX-512 table (only call where detected_isa() is Isa::avx512).
-inline const GemmOps& avx512_ops() {
-  static const GemmOps ops = [] {
-    GemmOps o;
-    o.isa = Isa::avx512;
-    o.nr = 32;
-    o.mr = 12;
-    o.nr64 = 16;
-    o.mr64 = 12;
-    o.pack_bf16 = avx512::pack_bf16;
-    o.pack_f32 = avx512::pack_f32;
-    o.pack_e4m3 = avx512::pack_e4m3;
-    o.pack_e4m3_f64 = avx512::pack_e4m3_f64;
-    o.micro_exact_products = avx512::micro_exact_products;
-    o.micro_rounded_products = avx512::micro_rounded_products;
-    o.micro_f64 = avx512::micro_f64;
-    o.micro_f64_scaled = avx512::micro_f64_scaled;
-    o.epilogue_f64 = avx512::epilogue_f64;
-    o.epilogue_f32 = avx512::epilogue_f32;
-    o.widen_bf16 = avx512::widen_bf16;
-    o.widen_e4m3 = avx512::widen_e4m3;
-    o.widen_e4m3_f64 = avx512::widen_e4m3_f64;
-    o.amax_bf16 = avx512::amax_bf16;
-    o.quantize_e4m3 = avx512::quantize_e4m3;
-    o.dequant_e4m3 = avx512::dequant_e4m3;
-    o.e4m3_rows = avx512::e4m3_rows;
-    o.fp8_value_dots = avx512::fp8_value_dots;
-    o.fp8_value_dots_scaled = avx512::fp8_value_dots_scaled;
-    o.bf16_rows = avx512::bf16_rows;
-    o.e4m3_scaled_cols = avx512::e4m3_scaled_cols;
-    // the fast FP8 small-M kernels look codes up with VBMI; without it (Skylake-SP, Cascade Lake)
-    // the AVX2 table's, the same bits
-    o.e4m3_pair_rows = cpu_has_avx512_vbmi() ? avx512::e4m3_pair_rows<false> : avx2::e4m3_pair_rows;
-    if (cpu_has_avx512_vbmi()) {
-      o.e4m3_panel_rows_f32 = avx512::e4m3_panel_rows_f32;
-      o.e4m3_panel_rows_f64 = avx512::e4m3_panel_rows_f64;
-      o.e4m3_scaled_rows = avx512::e4m3_scaled_rows;
-    } else {
-      o.e4m3_panel_rows = avx2::e4m3_panel_rows;
-      o.e4m3_scaled_rows = avx2::e4m3_scaled_rows;
-    }
-    return o;
-  }();
-  return ops;
-}
-
-/// \brief The AVX-512 table with VDPBF16PS (only call where detected_isa() is Isa::avx512_bf16):
-///        for the fast FP8 row-order kernel (1-4 rows, bound by the code lookups and memory), and
-///        for the compute-bound products — fast FP8 prefill panels and 5-8 row panels, bf16 weights
-///        at 2-8 rows — unless the CPU's FMAs outrun the instruction (cpu_prefers_fma_dots()) —
-///        and, where the CPU and the OS let this process use AMX-INT8 (cpu_has_amx_int8()), for
-///        the exact FP8 products from 3 rows on (e4m3_tiles_rows, e4m3_tiles_gemm). Every other
-///        entry is the AVX-512 one; the results are the same bits either way.
-inline const GemmOps& avx512_bf16_ops() {
-  static const GemmOps ops = [] {
-    GemmOps o = avx512_ops();
-    o.isa = Isa::avx512_bf16;
-    if (cpu_has_avx512_vbmi()) o.e4m3_pair_rows = avx512::e4m3_pair_rows<true>;
-    if (cpu_has_avx512_vbmi() && cpu_has_amx_int8())
-      o.e4m3_tiles_rows = avx512::e4m3_tiles_rows, o.e4m3_plane_tiles = avx512::e4m3_plane_tiles,
-      o.e4m3_tiles_gemm = avx512::e4m3_tiles_gemm;
-    if (!cpu_prefers_fma_dots()) {
-      o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
-      o.bf16_pair_rows = avx512::bf16_pair_rows;
-      if (cpu_has_avx512_vbmi()) o.e4m3_panel_rows = avx512::e4m3_panel_rows, o.e4m3_panel_rows_f32 = nullptr;
-    }
-    return o;
-  }();
-  return ops;
+/// \brief The AVX-512 tables (f.isa avx512 or avx512_bf16): a pure function of the features. On
+///        the avx512 level, the fast FP8 small-M kernels look codes up with VBMI; without it
+///        (Skylake-SP, Cascade Lake) they are the AVX2 table's, the same bits. The avx512_bf16 level
+///        adds VDPBF16PS for the fast FP8 row-order kernel (1-4 rows, bound by the code lookups and
+///        memory), and for the compute-bound products — fast FP8 prefill panels and 5-8 row panels,
+///        bf16 weights at 2-8 rows — unless the CPU's FMAs outrun the instruction (f.fma_dots) —
+///        and, with f.amx_int8, AMX-INT8 tiles for the exact FP8 products from 3 rows on
+///        (e4m3_tiles_rows, e4m3_tiles_gemm). Every other entry is the AVX-512 one; the results are
+///        the same bits either way. Only call with features the host has (detected_features()).
+inline GemmOps avx512_table(const CpuFeatures& f) {
+  GemmOps o;
+  o.isa = f.isa;
+  o.nr = 32;
+  o.mr = 12;
+  o.nr64 = 16;
+  o.mr64 = 12;
+  o.pack_bf16 = avx512::pack_bf16;
+  o.pack_f32 = avx512::pack_f32;
+  o.pack_e4m3 = avx512::pack_e4m3;
+  o.pack_e4m3_f64 = avx512::pack_e4m3_f64;
+  o.micro_exact_products = avx512::micro_exact_products;
+  o.micro_rounded_products = avx512::micro_rounded_products;
+  o.micro_f64 = avx512::micro_f64;
+  o.micro_f64_scaled = avx512::micro_f64_scaled;
+  o.epilogue_f64 = avx512::epilogue_f64;
+  o.epilogue_f32 = avx512::epilogue_f32;
+  o.widen_bf16 = avx512::widen_bf16;
+  o.widen_e4m3 = avx512::widen_e4m3;
+  o.widen_e4m3_f64 = avx512::widen_e4m3_f64;
+  o.amax_bf16 = avx512::amax_bf16;
+  o.quantize_e4m3 = avx512::quantize_e4m3;
+  o.dequant_e4m3 = avx512::dequant_e4m3;
+  o.e4m3_rows = avx512::e4m3_rows;
+  o.fp8_value_dots = avx512::fp8_value_dots;
+  o.fp8_value_dots_scaled = avx512::fp8_value_dots_scaled;
+  o.bf16_rows = avx512::bf16_rows;
+  o.e4m3_scaled_cols = avx512::e4m3_scaled_cols;
+  const bool bf16 = f.isa == Isa::avx512_bf16;
+  if (f.vbmi) {
+    o.e4m3_pair_rows = bf16 ? avx512::e4m3_pair_rows<true> : avx512::e4m3_pair_rows<false>;
+    o.e4m3_panel_rows_f64 = avx512::e4m3_panel_rows_f64;
+    o.e4m3_scaled_rows = avx512::e4m3_scaled_rows;
+    if (bf16 && !f.fma_dots) o.e4m3_panel_rows = avx512::e4m3_panel_rows;
+    else o.e4m3_panel_rows_f32 = avx512::e4m3_panel_rows_f32;
+  } else {
+    o.e4m3_pair_rows = avx2::e4m3_pair_rows;
+    o.e4m3_panel_rows = avx2::e4m3_panel_rows;
+    o.e4m3_scaled_rows = avx2::e4m3_scaled_rows;
+  }
+  if (bf16 && f.vbmi && f.amx_int8)
+    o.e4m3_tiles_rows = avx512::e4m3_tiles_rows, o.e4m3_plane_tiles = avx512::e4m3_plane_tiles,
+    o.e4m3_tiles_gemm = avx512::e4m3_tiles_gemm;
+  if (bf16 && !f.fma_dots) {
+    o.fp8_pair_dots = avx512::fp8_pair_dots_bf16;
+    o.bf16_pair_rows = avx512::bf16_pair_rows;
+  }
+  return o;
 }
 
 }  // namespace dsv32::cpu::simd

@@ -217,8 +217,6 @@ struct GemmOps {
   void (*e4m3_scaled_cols)(int M, std::int64_t D, std::int64_t N, const float* x, const std::uint8_t* w,
                            std::int64_t ldw, const float* scale, float* out, std::int64_t ldo,
                            const std::uint8_t* next) = nullptr;
-  /// The most x rows for which the caller prefers e4m3_scaled_cols to dequantizing (it takes 1..8).
-  int scaled_cols_rows = 8;
 
   /// The same weights with the sums along the rows (cpu::project_values): out[m][r] = sum over
   /// k < K of x[k M + m] value(w[r][k]) scale[k / 128], in increasing k from +0, for m < M (1..8),

@@ -5,13 +5,20 @@
 /// are compiled several times with GCC/Clang target attributes — AVX-512 (F, BW, DQ, VL; with
 /// AVX512_BF16 where the CPU has it), AVX2 + FMA + F16C, and portable C++ — and one is picked per
 /// call from what the CPU reports. Every path computes
-/// the same operations in the same order, so every path gives bit-identical results; tests force
-/// each path in turn with set_isa().
+/// the same operations in the same order, so every path gives bit-identical results; tests run
+/// each path in turn (cpu::KernelOptions::max_isa, or a CpuFeatures of their own).
 #pragma once
 
-#include <atomic>
 #include <cstdlib>
 #include <string_view>
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(_M_X64))
+#include <cpuid.h>
+#if defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+#endif
 
 namespace dsv32::cpu {
 
@@ -59,11 +66,6 @@ constexpr std::string_view isa_name(Isa isa) noexcept {
   DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi2")
 #define DSV32_TARGET_AVX512_AMX \
   DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx2,fma,f16c,bmi2,amx-tile,amx-int8")
-#include <cpuid.h>
-#if defined(__linux__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
 #endif
 
 /// \brief The best level this CPU (and this build) supports.
@@ -157,34 +159,59 @@ inline bool cpu_has_amx_int8() noexcept {
 #endif
 }
 
-namespace detail {
-inline std::atomic<int>& isa_override() {
-  static std::atomic<int> value = [] {
-    // DSV32_CPU_ISA=portable|avx2|avx512|avx512_bf16 caps the level for the whole process (A/B runs)
+/// \brief What the CPU kernels may use on a host: the ISA level and the features that choose
+///        among the kernels of a level. A plain value: the kernel tables (simd::ops_for) and the
+///        kernel plan (cpu/kernel_plan.hpp) are pure functions of it, so every feature set can be
+///        planned and its table checked on any host (tests/backend/test_cpu_plan.cpp).
+struct CpuFeatures {
+  Isa isa = Isa::portable;  ///< the instruction-set level
+  bool vbmi = false;        ///< AVX512_VBMI byte permutes (only with isa >= avx512)
+  bool amx_int8 = false;    ///< AMX-INT8 tiles granted to this process (only with isa avx512_bf16 and vbmi)
+  bool fma_dots = false;    ///< the FMAs outrun VDPBF16PS (cpu_prefers_fma_dots(); only with avx512_bf16)
+  /// \brief Field by field.
+  friend constexpr bool operator==(const CpuFeatures&, const CpuFeatures&) = default;
+};
+
+/// \brief `f` with its level capped at `cap` and every feature its level cannot have cleared (a
+///        level above f's keeps f's).
+constexpr CpuFeatures capped(CpuFeatures f, Isa cap) noexcept {
+  if (cap < f.isa) f.isa = cap;
+  if (f.isa < Isa::avx512) f.vbmi = false;
+  if (f.isa < Isa::avx512_bf16) f.amx_int8 = false, f.fma_dots = false;
+  if (!f.vbmi) f.amx_int8 = false;
+  return f;
+}
+
+/// \brief How many distinct CpuFeatures capped() can give: feature_index() is below it.
+inline constexpr int kCpuFeatureSets = 32;
+/// \brief A distinct index below kCpuFeatureSets for each feature set (isa, vbmi, amx, fma_dots).
+constexpr int feature_index(const CpuFeatures& f) noexcept {
+  return static_cast<int>(f.isa) * 8 + (f.vbmi ? 4 : 0) + (f.amx_int8 ? 2 : 0) + (f.fma_dots ? 1 : 0);
+}
+
+/// \brief This host's features, probed once: detected_isa(), cpu_has_avx512_vbmi(),
+///        cpu_has_amx_int8(), cpu_prefers_fma_dots(). The environment variable DSV32_CPU_ISA
+///        (portable, avx2, avx512 or avx512_bf16), read at first use, caps the level for the whole
+///        process: a documented override for tests and A/B measurements (as DSV32_CPU_DOTS and
+///        DSV32_CPU_AMX are). A model's own cap is cpu::KernelOptions::max_isa.
+inline CpuFeatures detected_features() noexcept {
+  static const CpuFeatures features = [] {
+    CpuFeatures f;
+    f.isa = detected_isa();
+    f.vbmi = cpu_has_avx512_vbmi();
+    f.fma_dots = cpu_prefers_fma_dots();
     const char* env = std::getenv("DSV32_CPU_ISA");
     const std::string_view v = env ? env : "";
-    if (v == "portable") return static_cast<int>(Isa::portable);
-    if (v == "avx2") return static_cast<int>(Isa::avx2);
-    if (v == "avx512") return static_cast<int>(Isa::avx512);
-    return static_cast<int>(Isa::avx512_bf16);
+    Isa cap = Isa::avx512_bf16;
+    if (v == "portable") cap = Isa::portable;
+    if (v == "avx2") cap = Isa::avx2;
+    if (v == "avx512") cap = Isa::avx512;
+    f = capped(f, cap);
+    // asked only where the tiles could be used (the request changes the process's state)
+    f.amx_int8 = f.isa == Isa::avx512_bf16 && f.vbmi && cpu_has_amx_int8();
+    return f;
   }();
-  return value;
-}
-}  // namespace detail
-
-/// \brief The level the kernels use now: the detected one, capped by set_isa() or by the
-///        environment variable DSV32_CPU_ISA (portable, avx2, avx512 or avx512_bf16) read at first use.
-inline Isa active_isa() noexcept {
-  const int cap = detail::isa_override().load(std::memory_order_relaxed);
-  const int have = static_cast<int>(detected_isa());
-  return static_cast<Isa>(cap < have ? cap : have);
-}
-
-/// \brief Caps the level the kernels may use (a level above detected_isa() means "the best there
-///        is"); returns the previous cap. For tests and A/B measurements: every level gives the same
-///        results.
-inline Isa set_isa(Isa cap) noexcept {
-  return static_cast<Isa>(detail::isa_override().exchange(static_cast<int>(cap), std::memory_order_relaxed));
+  return features;
 }
 
 /// @}

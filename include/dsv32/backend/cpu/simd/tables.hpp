@@ -4,6 +4,8 @@
 ///        (all of its SIMD kernels, every ISA); cpu/separate_kernels.hpp compiles it once per program.
 #pragma once
 
+#include <array>
+
 #include "dsv32/backend/cpu/simd/gemm_avx2.hpp"
 #include "dsv32/backend/cpu/simd/gemm_avx512.hpp"
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
@@ -12,21 +14,34 @@
 
 namespace dsv32::cpu::simd {
 
-/// \brief The kernel table of ISA level `isa`, which the CPU must have (at most detected_isa():
-///        active_isa() is). A level this build has no kernels for (x86 levels elsewhere) gives the
-///        portable table.
-inline const GemmOps& ops_for(Isa isa) {
+/// \brief The kernel table of feature set `f` (CpuFeatures), built from it alone: every entry
+///        that the kernel plan (cpu/kernel_plan.hpp) can choose for `f` is set (checked for every
+///        feature set by tests/backend/test_cpu_plan.cpp). A level this build has no kernels for (x86
+///        levels elsewhere) gives the portable table. Only run kernels of a table whose features the
+///        host has (at most detected_features()).
+inline GemmOps make_table(const CpuFeatures& f) {
 #if defined(DSV32_CPU_X86)
-  switch (isa) {
-    case Isa::avx512_bf16: return avx512_bf16_ops();
-    case Isa::avx512: return avx512_ops();
-    case Isa::avx2: return avx2_ops();
+  switch (f.isa) {
+    case Isa::avx512_bf16:
+    case Isa::avx512: return avx512_table(f);
+    case Isa::avx2: return avx2_table();
     default: break;
   }
-#else
-  (void)isa;
 #endif
-  return portable_ops();
+  return portable_table();
+}
+
+/// \brief make_table(capped(f, f.isa)), built once per feature set and kept for the process.
+inline const GemmOps& ops_for(const CpuFeatures& f) {
+  static const std::array<GemmOps, kCpuFeatureSets> tables = [] {
+    std::array<GemmOps, kCpuFeatureSets> t{};
+    for (int i = 0; i < kCpuFeatureSets; ++i) {
+      const CpuFeatures g{static_cast<Isa>(i / 8), (i & 4) != 0, (i & 2) != 0, (i & 1) != 0};
+      t[i] = make_table(capped(g, g.isa));
+    }
+    return t;
+  }();
+  return tables[feature_index(capped(f, f.isa))];
 }
 
 }  // namespace dsv32::cpu::simd
