@@ -32,6 +32,7 @@
 
 #include "dsv32/backend/cpu/simd/gemm_avx2.hpp"
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
+#include "dsv32/backend/cpu/simd/rows_driver.hpp"
 
 // GCC 12 reports the "undefined" pass-through operand of its own AVX-512 intrinsics as
 // uninitialized once they are inlined here (GCC bug 105593); the operand is never read.
@@ -737,48 +738,23 @@ DSV32_TARGET_AVX512 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const d
     if (i % R < valid_rows) out[(i / R) * ldo + i % R] = c[i];
 }
 
-template <int MT, int R>
-DSV32_TARGET_AVX512 void e4m3_rows_group(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
-                                         const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
-                                         int valid, const float* ws, float* out, std::int64_t ldo,
-                                         std::int64_t ahead) {
-  for (int q = 0; q < 8; q += R) {
-    const int v = valid - q >= R ? R : valid - q;
-    if (v <= 0) break;
-    const std::uint8_t* wr[R];
-    for (int r = 0; r < R; ++r) wr[r] = w + (q + (r < v ? r : 0)) * ldw;  // a stand-in row past the last
-    e4m3_blocks<MT, R>(kb0, kb1, xd, ldx, xs, ldxs, wr, ws, v, out + q, ldo, ahead);
+/// The AVX-512 block kernel for the shared loops of e4m3_rows (E4m3RowsDriver, rows_driver.hpp).
+struct E4m3RowsKernel {
+  template <int MT, int R>
+  static void blocks(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx, const float* xs,
+                     std::int64_t ldxs, const std::uint8_t* const* wr, const float* ws, int valid_rows, float* out,
+                     std::int64_t ldo, std::int64_t ahead) {
+    e4m3_blocks<MT, R>(kb0, kb1, xd, ldx, xs, ldxs, wr, ws, valid_rows, out, ldo, ahead);
   }
-}
+  /// Weight rows per group of mt x rows (MT x R <= 16 accumulators of 8 doubles).
+  static constexpr int weight_rows(int mt) { return mt == 8 ? 2 : mt == 4 ? 4 : 8; }
+};
 
-DSV32_TARGET_AVX512 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd,
-                                          std::int64_t ldx, const float* xs, std::int64_t ldxs,
-                                          const std::uint8_t* w, std::int64_t ldw, const float* ws, float* out,
-                                          std::int64_t ldo) {
-  for (int r0 = 0; r0 < rows; r0 += 8) {
-    const int valid = rows - r0 < 8 ? rows - r0 : 8;
-    const std::uint8_t* wg = w + r0 * ldw;
-    for (int m0 = 0; m0 < M;) {
-      const int left = M - m0;
-      const double* x = xd + m0 * ldx;
-      const float* s = xs + m0 * ldxs;
-      float* o = out + m0 * ldo + r0;
-      const std::int64_t ahead = m0 == 0 && ldw <= kPanelPrefetchMaxK ? 8 * ldw : 0;  // the first x rows' pass
-      if (left >= 8) {
-        e4m3_rows_group<8, 2>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
-        m0 += 8;
-      } else if (left >= 4) {
-        e4m3_rows_group<4, 4>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
-        m0 += 4;
-      } else if (left >= 2) {
-        e4m3_rows_group<2, 8>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
-        m0 += 2;
-      } else {
-        e4m3_rows_group<1, 8>(kb0, kb1, x, ldx, s, ldxs, wg, ldw, valid, ws, o, ldo, ahead);
-        m0 += 1;
-      }
-    }
-  }
+/// GemmOps::e4m3_rows.
+inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
+                      const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
+                      float* out, std::int64_t ldo) {
+  E4m3RowsDriver<E4m3RowsKernel>::rows(M, rows, kb0, kb1, xd, ldx, xs, ldxs, w, ldw, ws, out, ldo, kPanelPrefetchMaxK);
 }
 
 /// The high and low bytes of bf16(|value|) of E4M3 codes 0..127 (0x7F reading as 480): the fast
