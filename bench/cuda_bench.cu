@@ -40,7 +40,7 @@ __global__ void fill_kernel(void* p, std::int64_t n, int kind, float a, float b,
     h ^= h >> 13;
     const float u = static_cast<float>(h & 0xFFFFFF) / 16777216.0f;  // [0, 1)
     if (kind == 0) static_cast<std::uint16_t*>(p)[i] = cuda::float_to_bf16((u - 0.5f) * a);
-    else if (kind == 1) static_cast<std::uint8_t*>(p)[i] = cuda::float_to_e4m3((u - 0.5f) * a);
+    else if (kind == 1) static_cast<std::uint8_t*>(p)[i] = dsv32::encode_e4m3((u - 0.5f) * a);
     else static_cast<float*>(p)[i] = a + u * (b - a);
   }
 }

@@ -1,8 +1,11 @@
-// Tests of dsv32/backend/cpu/moe.hpp: the gate's routing on hand-checked cases (sigmoid vs softmax,
-// group selection by top-2 sum with a bias and by max without, the bias used for selection only,
-// normalization and route_scale) and against a naive reference on random logits; gather / scatter.
+// Tests of dsv32/backend/cpu/moe.hpp and dsv32/backend/routing.hpp (route_token(), the routing of both
+// backends, which cpu::route() runs per token): the gate's routing on hand-checked cases (sigmoid vs
+// softmax, group selection by top-2 sum with a bias and by max without, the bias used for selection
+// only, normalization and route_scale, ties) and against a naive reference on random logits, at the
+// model's shape too; gather / scatter.
 #include "dsv32/backend/cpu/moe.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
+#include "dsv32/backend/routing.hpp"
 
 #include <doctest/doctest.h>
 
@@ -202,6 +205,60 @@ TEST_CASE("cpu::route agrees with a naive routing on random logits") {
           if (f == ScoreFunc::sigmoid) CHECK(sum == doctest::Approx(2.5).epsilon(1e-5));
         }
       }
+}
+
+TEST_CASE("route_token at the model's shape (256 experts, 8 groups, 4 kept, top 8) and with 128 groups agrees with a naive routing") {
+  std::mt19937 gen(23);
+  std::normal_distribution<float> d(0.0f, 2.0f), bd(0.0f, 0.05f);
+  const std::int64_t E = 256, T = 40;
+  for (ScoreFunc f : {ScoreFunc::sigmoid, ScoreFunc::softmax})
+    for (bool with_bias : {false, true})
+      for (const auto& [groups_, limited, k] : {std::tuple{8, 4, 8}, std::tuple{128, 5, 8}, std::tuple{1, 1, 8}}) {
+        const int groups = groups_;  // CAPTURE's lambda cannot capture a structured binding before clang 16
+        CAPTURE(with_bias);
+        CAPTURE(groups);
+        const Params p = params(f, groups, limited, k, 2.5f);
+        std::vector<float> bias(E), logits(T * E), w(T * k);
+        for (auto& b : bias) b = bd(gen);
+        for (auto& x : logits) x = d(gen);
+        std::vector<std::int32_t> e(T * k);
+        cpu::route({logits.data(), T, E, E}, with_bias ? bias.data() : nullptr, p, {w.data(), T, k, k}, {e.data(), T, k, k});
+        const dsv32::RouteFields rf = dsv32::route_fields(p);
+        std::vector<float> scratch(static_cast<std::size_t>(dsv32::route_scratch_floats(E, rf))), tw(k);
+        std::vector<std::int32_t> te(k);
+        for (std::int64_t t = 0; t < T; ++t) {
+          const std::vector<float> row(logits.begin() + t * E, logits.begin() + (t + 1) * E);
+          const Routed want = naive_route(row, with_bias ? &bias : nullptr, p);
+          CHECK(std::vector<std::int32_t>(e.begin() + t * k, e.begin() + (t + 1) * k) == want.experts);
+          for (std::int64_t i = 0; i < k; ++i) CHECK(w[t * k + i] == doctest::Approx(want.weights[i]).epsilon(1e-5));
+          // cpu::route is route_token per token: the same bits
+          dsv32::route_token(row.data(), with_bias ? bias.data() : nullptr, static_cast<std::int32_t>(E), rf,
+                             scratch.data(), tw.data(), te.data());
+          CHECK(te == std::vector<std::int32_t>(e.begin() + t * k, e.begin() + (t + 1) * k));
+          CHECK(tw == std::vector<float>(w.begin() + t * k, w.begin() + (t + 1) * k));
+        }
+      }
+}
+
+TEST_CASE("route_token: equal scores and equal groups go to the lower index") {
+  const std::int64_t E = 32;
+  const std::vector<float> zero_bias(E, 0.0f);
+  std::vector<float> l(E, 0.5f);
+  for (const bool with_bias : {false, true}) {
+    CAPTURE(with_bias);
+    // all equal: groups 0 and 1 of 8 kept, experts 0 .. 4 in order
+    const Routed all = route_one(l, with_bias ? &zero_bias : nullptr, params(ScoreFunc::sigmoid, 8, 2, 5, 1.0f));
+    CHECK(all.experts == std::vector<std::int32_t>{0, 1, 2, 3, 4});
+    for (float x : all.weights) CHECK(x == doctest::Approx(0.2));
+  }
+  // two groups tie above the rest (groups 3 and 5: experts 12..15 and 20..23 higher): both kept, and
+  // within the tie the lower experts first
+  for (std::int64_t e = 12; e < 16; ++e) l[e] = 1.0f;
+  for (std::int64_t e = 20; e < 24; ++e) l[e] = 1.0f;
+  const Routed r = route_one(l, &zero_bias, params(ScoreFunc::sigmoid, 8, 2, 6, 1.0f));
+  CHECK(r.experts == std::vector<std::int32_t>{12, 13, 14, 15, 20, 21});
+  // one group kept: the lower of the two
+  CHECK(route_one(l, &zero_bias, params(ScoreFunc::sigmoid, 8, 1, 3, 1.0f)).experts == std::vector<std::int32_t>{12, 13, 14});
 }
 
 TEST_CASE("cpu::gather_rows, scatter_add, round_to_bf16 and widen_to_f32") {

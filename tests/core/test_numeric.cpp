@@ -1,6 +1,9 @@
-// Tests of dsv32/core/numeric.hpp: the E4M3 decode table against its closed form, the encoder
-// against a brute-force nearest-code search (round half to even, saturation, NaN, subnormals),
-// and bf16 round-to-nearest-even on hand-picked bit patterns.
+// Tests of dsv32/core/e4m3.hpp and dsv32/core/numeric.hpp: the one E4M3 implementation of both
+// backends (the CUDA kernels call these very functions) — every code's value, exact integer and table
+// entry against the closed form, the encoder against a brute-force nearest-code search on a dense
+// sweep of floats and every midpoint (round half to even, saturation, NaN, subnormals) — and bf16
+// round-to-nearest-even on hand-picked bit patterns.
+#include "dsv32/core/e4m3.hpp"
 #include "dsv32/core/numeric.hpp"
 
 #include <doctest/doctest.h>
@@ -32,12 +35,17 @@ bool is_nan_code(unsigned c) { return (c & 0x7Fu) == 0x7Fu; }
 
 // Brute force: the finite code nearest to x (|x| beyond 448 saturates), ties to the even code.
 std::uint8_t nearest_code(float x) {
+  static const std::vector<double> values = [] {  // the closed form of codes 0 .. 0x7E
+    std::vector<double> v;
+    for (unsigned c = 0; c <= 0x7E; ++c) v.push_back(e4m3_closed_form(c));
+    return v;
+  }();
   const double a = std::fabs(static_cast<double>(x));
   if (std::isinf(a)) return static_cast<std::uint8_t>((std::signbit(x) ? 0x80u : 0u) | 0x7Eu);
   unsigned best = 0;
   double best_d = std::numeric_limits<double>::infinity();
   for (unsigned c = 0; c <= 0x7E; ++c) {
-    const double d = std::fabs(e4m3_closed_form(c) - a);
+    const double d = std::fabs(values[c] - a);
     if (d < best_d || (d == best_d && (c & 1u) == 0)) {
       best = c;
       best_d = d;
@@ -51,18 +59,21 @@ float float_of(std::uint32_t b) { return std::bit_cast<float>(b); }
 
 }  // namespace
 
-TEST_CASE("e4m3: every one of the 256 codes decodes to the closed form") {
+TEST_CASE("e4m3: every one of the 256 codes decodes to the closed form, as a float and as an integer") {
   for (unsigned c = 0; c < 256; ++c) {
     CAPTURE(c);
     const double want = e4m3_closed_form(c);
     const float got = decode_e4m3(static_cast<std::uint8_t>(c));
+    const std::int32_t times_512 = dsv32::e4m3_to_int(static_cast<std::uint8_t>(c));
     CHECK(bits_of(got) == bits_of(dsv32::kE4m3Decode[c]));
+    CHECK(std::signbit(got) == ((c & 0x80u) != 0));  // 0x80 is -0; the NaNs keep the code's sign too
     if (std::isnan(want)) {
       CHECK(std::isnan(got));
       CHECK(is_nan_code(c));
+      CHECK(times_512 == 0);
     } else {
       CHECK(static_cast<double>(got) == want);
-      CHECK(std::signbit(got) == ((c & 0x80u) != 0));  // 0x80 is -0
+      CHECK(static_cast<double>(times_512) == want * 512.0);  // exact: every value is a multiple of 2^-9
     }
   }
   // landmarks
@@ -76,8 +87,11 @@ TEST_CASE("e4m3: every one of the 256 codes decodes to the closed form") {
   CHECK(dsv32::kE4m3Max == 448.0f);
   CHECK(std::isnan(decode_e4m3(0x7F)));
   CHECK(std::isnan(decode_e4m3(0xFF)));
-  // the table is a constant expression
+  CHECK(dsv32::e4m3_to_int(0x7E) == 229376);
+  CHECK(dsv32::e4m3_to_int(0x81) == -1);
+  // the table and the decoders are constant expressions
   static_assert(dsv32::kE4m3Decode[0x38] == 1.0f && dsv32::kE4m3Decode[0x7E] == 448.0f);
+  static_assert(dsv32::decode_e4m3(0xB9) == -1.125f && dsv32::e4m3_to_int(0x38) == 512);
 }
 
 TEST_CASE("e4m3: encode(decode(c)) == c for every finite code, both zeros included") {
@@ -127,6 +141,21 @@ TEST_CASE("e4m3: encoding agrees with a brute-force nearest-code search on rando
     CAPTURE(y);
     CHECK(encode_e4m3(y) == nearest_code(y));
   }
+}
+
+TEST_CASE("e4m3: encoding agrees with the brute-force search on a dense sweep of every float's neighbourhood") {
+  // all 2^16 values of the top 16 bits (every sign, exponent and 7 leading mantissa bits), each with
+  // low bits that sit on, just above, halfway between and just below neighbouring such floats
+  int mismatches = 0, checked = 0;
+  for (std::uint32_t hi = 0; hi < 0x10000u; ++hi)
+    for (const std::uint32_t lo : {0x0000u, 0x0001u, 0x7FFFu, 0x8000u, 0x8001u, 0xFFFFu}) {
+      const float x = float_of(hi << 16 | lo);
+      if (std::isnan(x)) continue;
+      mismatches += encode_e4m3(x) != nearest_code(x);
+      ++checked;
+    }
+  CHECK(checked > 390000);
+  CHECK(mismatches == 0);
 }
 
 TEST_CASE("e4m3: saturation to +-448 and NaN") {

@@ -1,13 +1,15 @@
 /// \file
 /// \brief The argument types of the Kernels contract that are not plain views: WeightView (a weight
-///        matrix in its stored dtype with its FP8 block scales), RoutingParams (the gate's fields) and
-///        the grouped expert call's table and temporaries (ExpertGroupView, ExpertGroupScratch).
+///        matrix in its stored dtype with its FP8 block scales), RoutingParams (the gate's fields;
+///        route_fields() gives them to route_token()) and the grouped expert call's table and
+///        temporaries (ExpertGroupView, ExpertGroupScratch).
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
 #include "dsv32/backend/backend.hpp"
+#include "dsv32/backend/routing.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/core/dtype.hpp"
 #include "dsv32/core/numeric.hpp"
@@ -49,6 +51,18 @@ struct RoutingParams {
   std::int64_t top_k = 1;                     ///< n_activated_experts
   float route_scale = 1.0f;                   ///< route_scale, applied to the final weights
 };
+
+/// \brief The fields route_token() takes, from the config's routing fields.
+/// \param p the gate's routing fields \return the same fields as RouteFields
+inline RouteFields route_fields(const RoutingParams& p) noexcept {
+  RouteFields f;
+  f.softmax = p.score_func == ScoreFunc::softmax;
+  f.n_groups = static_cast<std::int32_t>(p.n_groups);
+  f.n_limited_groups = static_cast<std::int32_t>(p.n_limited_groups);
+  f.top_k = static_cast<std::int32_t>(p.top_k);
+  f.route_scale = p.route_scale;
+  return f;
+}
 
 /// \brief One routed expert's weights as a grouped expert call reads them: the data and (FP8) block
 ///        scales of w1, w3 ([inter, dim]) and w2 ([dim, inter]), all in the backend's memory. A layer

@@ -9,13 +9,15 @@
 #include <vector>
 
 #include "dsv32/backend/kernel_args.hpp"
+#include "dsv32/backend/routing.hpp"
 #include "dsv32/config/model_config.hpp"
 #include "dsv32/core/numeric.hpp"
 #include "dsv32/core/tensor.hpp"
 
 namespace dsv32::cpu {
 
-/// \brief Routes each token to its experts, as the reference's Gate does.
+/// \brief Routes each token to its experts, as the reference's Gate does: route_token() (the one
+///        routing of both backends, backend/routing.hpp) for each row of `logits`.
 ///
 /// Scores are sigmoid or softmax of the logits; the bias (when present) is added for selection only;
 /// groups are ranked by the sum of their top-2 biased scores (with bias) or their max (without) and
@@ -29,58 +31,11 @@ namespace dsv32::cpu {
 /// \param experts [T, top_k] expert ids, in decreasing biased score
 inline void route(MatrixView<const float> logits, const float* bias, const RoutingParams& p, MatrixView<float> weights,
                   MatrixView<std::int32_t> experts) {
-  const std::int64_t E = logits.cols, per_group = E / p.n_groups;
-  std::vector<float> score(static_cast<std::size_t>(E)), select(static_cast<std::size_t>(E));
-  std::vector<std::int32_t> order(static_cast<std::size_t>(std::max(E, p.n_groups)));
-  std::vector<float> group_score(static_cast<std::size_t>(p.n_groups));
-  for (std::int64_t t = 0; t < logits.rows; ++t) {
-    const float* l = logits.row(t);
-    if (p.score_func == ScoreFunc::softmax) {
-      const float mx = *std::max_element(l, l + E);
-      float sum = 0.0f;
-      for (std::int64_t e = 0; e < E; ++e) sum += (score[e] = std::exp(l[e] - mx));
-      for (std::int64_t e = 0; e < E; ++e) score[e] /= sum;
-    } else {
-      for (std::int64_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + std::exp(-l[e]));
-    }
-    for (std::int64_t e = 0; e < E; ++e) select[e] = bias ? score[e] + bias[e] : score[e];
-    auto better = [](const std::vector<float>& v) {
-      return [&v](std::int32_t a, std::int32_t b) { return v[a] > v[b] || (v[a] == v[b] && a < b); };
-    };
-    if (p.n_groups > 1) {
-      for (std::int64_t g = 0; g < p.n_groups; ++g) {
-        const float* gs = select.data() + g * per_group;
-        if (bias) {
-          float a = -INFINITY, b = -INFINITY;  // top two
-          for (std::int64_t i = 0; i < per_group; ++i) {
-            if (gs[i] > a) { b = a; a = gs[i]; } else if (gs[i] > b) { b = gs[i]; }
-          }
-          group_score[g] = a + b;
-        } else {
-          group_score[g] = *std::max_element(gs, gs + per_group);
-        }
-      }
-      std::iota(order.begin(), order.begin() + p.n_groups, 0);
-      std::partial_sort(order.begin(), order.begin() + p.n_limited_groups, order.begin() + p.n_groups,
-                        better(group_score));
-      std::vector<bool> keep(static_cast<std::size_t>(p.n_groups), false);
-      for (std::int64_t i = 0; i < p.n_limited_groups; ++i) keep[order[i]] = true;
-      for (std::int64_t e = 0; e < E; ++e)
-        if (!keep[e / per_group]) select[e] = -INFINITY;
-    }
-    std::iota(order.begin(), order.begin() + E, 0);
-    std::partial_sort(order.begin(), order.begin() + p.top_k, order.begin() + E, better(select));
-    float sum = 0.0f;
-    for (std::int64_t i = 0; i < p.top_k; ++i) {
-      experts.row(t)[i] = order[i];
-      weights.row(t)[i] = score[order[i]];
-      sum += score[order[i]];
-    }
-    for (std::int64_t i = 0; i < p.top_k; ++i) {
-      if (p.score_func == ScoreFunc::sigmoid) weights.row(t)[i] /= sum;
-      weights.row(t)[i] *= p.route_scale;
-    }
-  }
+  const std::int64_t E = logits.cols;
+  const RouteFields f = route_fields(p);
+  std::vector<float> scratch(static_cast<std::size_t>(route_scratch_floats(E, f)));
+  for (std::int64_t t = 0; t < logits.rows; ++t)
+    route_token(logits.row(t), bias, static_cast<std::int32_t>(E), f, scratch.data(), weights.row(t), experts.row(t));
 }
 
 /// \brief Groups the (token, slot) pairs of a call by the local expert they chose.

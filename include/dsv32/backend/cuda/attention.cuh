@@ -57,7 +57,7 @@ __global__ void indexer_score_kernel(const std::uint8_t* q_codes, std::int64_t q
   const std::int64_t t0 = static_cast<std::int64_t>(blockIdx.x) * Keys;
   if (t0 >= visible) return;
   const std::int64_t blocks = D / kBlockSize, kpitch = D + 4;
-  for (int i = threadIdx.x; i < 256; i += Keys) table[i] = e4m3_to_float(static_cast<std::uint8_t>(i));
+  for (int i = threadIdx.x; i < 256; i += Keys) table[i] = decode_e4m3(static_cast<std::uint8_t>(i));
   for (std::int64_t i = threadIdx.x; i < H * D; i += Keys) q[i] = q_codes[(row * H + i / D) * q_stride + i % D];
   for (std::int64_t i = threadIdx.x; i < Keys * D; i += Keys) {
     const std::int64_t kt = t0 + i / D;

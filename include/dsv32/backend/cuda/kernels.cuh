@@ -211,14 +211,8 @@ struct Kernels<Cuda> {
   /// \brief The gate's routing decision.
   static void route(Context& ctx, Mat<const float> logits, Vec<const float> bias, const RoutingParams& p,
                     Mat<float> weights, Mat<std::int32_t> experts) {
-    cuda::RouteFields f;
-    f.softmax = p.score_func == ScoreFunc::softmax;
-    f.n_groups = static_cast<std::int32_t>(p.n_groups);
-    f.n_limited_groups = static_cast<std::int32_t>(p.n_limited_groups);
-    f.top_k = static_cast<std::int32_t>(p.top_k);
-    f.route_scale = p.route_scale;
-    cuda::launch_route(ctx, logits.data, logits.stride, bias.empty() ? nullptr : bias.data, logits.rows, logits.cols, f,
-                       weights.data, weights.stride, experts.data, experts.stride);
+    cuda::launch_route(ctx, logits.data, logits.stride, bias.empty() ? nullptr : bias.data, logits.rows, logits.cols,
+                       route_fields(p), weights.data, weights.stride, experts.data, experts.stride);
   }
   // experts [T, k] -> rows [T k], row_weights [T k], offsets [n_local + 1]
   /// \brief Groups the call's (token, slot) pairs by local expert (see Kernels<Cpu>::moe_plan()).

@@ -111,7 +111,7 @@ struct DeviceWeight {
     if (dtype == 0) return bf16_to_float(static_cast<const bf16_bits*>(data)[i]);
     if (dtype == 1) return static_cast<const float*>(data)[i];
     const float s = scale[(r / kBlockSize) * ((in + kBlockSize - 1) / kBlockSize) + c / kBlockSize];
-    return round_to_bf16(__fmul_rn(e4m3_to_float(static_cast<const std::uint8_t*>(data)[i]), s));
+    return round_to_bf16(__fmul_rn(decode_e4m3(static_cast<const std::uint8_t*>(data)[i]), s));
   }
 };
 

@@ -1,7 +1,8 @@
 /// \file
 /// \brief The CUDA backend's MoE kernels: the gate's routing (one thread per token running
-///        route_token(), the CPU backend's order of operations) and the expert plan (counts, offsets and
-///        each expert's rows, one thread per local expert, in one block). Both stay on the device.
+///        route_token(), backend/routing.hpp, which cpu::route() runs too) and the expert plan (counts,
+///        offsets and each expert's rows, one thread per local expert, in one block). Both stay on the
+///        device.
 #pragma once
 
 #include "dsv32/backend/cuda/launch.cuh"
@@ -13,14 +14,16 @@ namespace dsv32::cuda {
 /// \addtogroup cuda
 /// @{
 
-/// Routes tokens [0, T): logits [T, E] -> weights [T, k], experts [T, k]; scratch [T, 2E] f32.
+/// Routes tokens [0, T): logits [T, E] -> weights [T, k], experts [T, k]; scratch
+/// [T, route_scratch_floats(E, f)] f32.
 template <int Threads>
 __global__ void route_kernel(const float* logits, std::int64_t l_stride, const float* bias, std::int64_t T,
                              std::int32_t E, RouteFields f, float* scratch, float* weights, std::int64_t w_stride,
                              std::int32_t* experts, std::int64_t e_stride) {
+  const std::int64_t per_token = route_scratch_floats(E, f);
   for (std::int64_t t = blockIdx.x * static_cast<std::int64_t>(Threads) + threadIdx.x; t < T;
        t += static_cast<std::int64_t>(gridDim.x) * Threads)
-    route_token(logits + t * l_stride, bias, E, f, scratch + t * 2 * E, scratch + t * 2 * E + E, weights + t * w_stride,
+    route_token(logits + t * l_stride, bias, E, f, scratch + t * per_token, weights + t * w_stride,
                 experts + t * e_stride);
 }
 
@@ -43,15 +46,16 @@ __global__ void moe_plan_kernel(const std::int32_t* experts, const float* weight
     expert_rows(experts, weights, T, k, first_expert, e, offsets[e], rows, row_weights);
 }
 
-/// \brief Launches route_kernel; needs 2 T E floats of scratch.
+/// \brief Launches route_kernel; needs T route_scratch_floats(E, f) floats of scratch.
 inline void launch_route(ExecutionContext<Cuda>& ctx, const float* logits, std::int64_t l_stride, const float* bias,
                          std::int64_t T, std::int64_t E, const RouteFields& f, float* weights, std::int64_t w_stride,
                          std::int32_t* experts, std::int64_t e_stride) {
   if (T == 0) return;
-  DSV32_CHECK(f.n_groups >= 1 && f.n_groups <= 64 && E % f.n_groups == 0, unsupported, "CUDA route: ", f.n_groups,
-              " expert groups (1..64 dividing ", E, " experts expected)");
-  DSV32_CHECK(static_cast<std::size_t>(T * E) * 8 <= ctx.scratch_bytes(), unsupported, "CUDA route: ", T, " tokens of ",
-              E, " experts exceed the context's scratch (", ctx.scratch_bytes(), " bytes)");
+  DSV32_CHECK(f.n_groups >= 1 && E % f.n_groups == 0, unsupported, "CUDA route: ", f.n_groups,
+              " expert groups (a divisor of ", E, " experts expected)");
+  DSV32_CHECK(static_cast<std::size_t>(T * route_scratch_floats(E, f)) * sizeof(float) <= ctx.scratch_bytes(),
+              unsupported, "CUDA route: ", T, " tokens of ", E, " experts exceed the context's scratch (",
+              ctx.scratch_bytes(), " bytes)");
   route_kernel<128><<<grid_for(T, 128), 128, 0, ctx.stream()>>>(logits, l_stride, bias, T, static_cast<std::int32_t>(E),
                                                                 f, static_cast<float*>(ctx.scratch()), weights, w_stride,
                                                                 experts, e_stride);

@@ -1,120 +1,24 @@
 /// \file
-/// \brief The MoE gate's routing of one token, the expert plan of one expert and the grouped expert
-///        compute's indexing (row tiles, a row's expert, the combine order), as sequential code that one
-///        CUDA thread runs (one thread per token, one per local expert, one per grouped row) and the host
-///        runs in tests.
+/// \brief The expert plan of one expert and the grouped expert compute's indexing (row tiles, a row's
+///        expert, the combine order), as sequential code that one CUDA thread runs (one per local
+///        expert, one per grouped row) and the host runs in tests; the routing of one token,
+///        route_token(), is both backends' (backend/routing.hpp).
 ///
-/// Both are small (a few hundred experts) and decide discrete things (which experts, in which order),
+/// These are small (a few hundred experts) and decide discrete things (which rows, in which order),
 /// so they are written once, in the CPU backend's order of operations, for the host and the device:
-/// the CPU unit tests check these very functions against cpu::route() and cpu::moe_plan(). No CUDA
-/// header is included.
+/// the CPU unit tests check these very functions against cpu::moe_plan() and the CPU MoE's loop. No
+/// CUDA header is included.
 #pragma once
 
 #include <cstdint>
 
-#include "dsv32/backend/cuda/numeric.hpp"
+#include "dsv32/backend/routing.hpp"
+#include "dsv32/core/host_device.hpp"
 
 namespace dsv32::cuda {
 
 /// \addtogroup cuda
 /// @{
-
-/// \brief The gate's fields as the routing kernel takes them (RoutingParams without the enum types,
-///        so that host and device code share one plain struct).
-struct RouteFields {
-  bool softmax = false;                 ///< score function: softmax (else sigmoid)
-  std::int32_t n_groups = 1;            ///< expert groups (divides the experts)
-  std::int32_t n_limited_groups = 1;    ///< groups kept per token
-  std::int32_t top_k = 1;               ///< experts chosen per token
-  float route_scale = 1.0f;             ///< applied to the final weights
-};
-
-/// \brief Routes one token, as cpu::route() does: scores (sigmoid, or softmax with the sum taken in
-///        order), the bias added for selection only, groups ranked by their top-2 biased sum (with a
-///        bias) or their max (without) and the best n_limited_groups kept, the top_k experts among them
-///        (ties to the lower index), weights the unbiased scores normalized for sigmoid, times
-///        route_scale.
-/// \param logits  [E] f32 gate logits of the token
-/// \param bias    [E] f32 selection bias, or nullptr
-/// \param E       routed experts
-/// \param f       the routing fields
-/// \param score   [E] f32 scratch (the unbiased scores)
-/// \param select  [E] f32 scratch (the biased, group-masked selection scores)
-/// \param weights [top_k] f32 output
-/// \param experts [top_k] expert ids, in decreasing selection score
-DSV32_HOST_DEVICE inline void route_token(const float* logits, const float* bias, std::int32_t E, const RouteFields& f,
-                                          float* score, float* select, float* weights, std::int32_t* experts) {
-  if (f.softmax) {
-    float mx = logits[0];
-    for (std::int32_t e = 1; e < E; ++e) mx = logits[e] > mx ? logits[e] : mx;  // std::max_element: first max
-    float sum = 0.0f;
-    for (std::int32_t e = 0; e < E; ++e) sum += (score[e] = exp_rounded(logits[e] - mx));
-    for (std::int32_t e = 0; e < E; ++e) score[e] /= sum;
-  } else {
-    for (std::int32_t e = 0; e < E; ++e) score[e] = 1.0f / (1.0f + exp_rounded(-logits[e]));
-  }
-  for (std::int32_t e = 0; e < E; ++e) select[e] = bias ? score[e] + bias[e] : score[e];
-  const float kMinusInf = -bits_float(0x7F800000u);
-  if (f.n_groups > 1) {
-    const std::int32_t per_group = E / f.n_groups;
-    // Groups are kept best first (ties to the lower group) by repeated selection: the groups' scores
-    // are recomputed for each pick rather than stored, so no scratch of n_groups entries is needed.
-    auto group_score = [&](std::int32_t g) {
-      const float* gs = select + g * per_group;
-      if (bias) {
-        float a = kMinusInf, b = kMinusInf;  // top two
-        for (std::int32_t i = 0; i < per_group; ++i) {
-          if (gs[i] > a) {
-            b = a;
-            a = gs[i];
-          } else if (gs[i] > b) {
-            b = gs[i];
-          }
-        }
-        return a + b;
-      }
-      float m = gs[0];
-      for (std::int32_t i = 1; i < per_group; ++i) m = gs[i] > m ? gs[i] : m;
-      return m;
-    };
-    // keep[g] as a bit set (n_groups <= 64 is checked by the caller)
-    std::uint64_t keep = 0;
-    for (std::int32_t pick = 0; pick < f.n_limited_groups; ++pick) {
-      std::int32_t best = -1;
-      float best_score = 0.0f;
-      for (std::int32_t g = 0; g < f.n_groups; ++g) {
-        if ((keep >> g) & 1u) continue;
-        const float s = group_score(g);
-        if (best < 0 || s > best_score) {
-          best = g;
-          best_score = s;
-        }
-      }
-      keep |= std::uint64_t{1} << best;
-    }
-    for (std::int32_t e = 0; e < E; ++e)
-      if (!((keep >> (e / per_group)) & 1u)) select[e] = kMinusInf;
-  }
-  // top_k by repeated selection: the highest remaining selection score, ties to the lower expert —
-  // the order std::partial_sort with the CPU's comparator produces
-  float sum = 0.0f;
-  for (std::int32_t i = 0; i < f.top_k; ++i) {
-    std::int32_t best = -1;
-    for (std::int32_t e = 0; e < E; ++e) {
-      bool taken = false;
-      for (std::int32_t j = 0; j < i; ++j) taken = taken || experts[j] == e;
-      if (taken) continue;
-      if (best < 0 || select[e] > select[best]) best = e;
-    }
-    experts[i] = best;
-    weights[i] = score[best];
-    sum += score[best];
-  }
-  for (std::int32_t i = 0; i < f.top_k; ++i) {
-    if (!f.softmax) weights[i] /= sum;
-    weights[i] *= f.route_scale;
-  }
-}
 
 /// \brief How many of the call's (token, slot) pairs chose local expert `e` (global id first_expert + e).
 /// \param experts [pairs] chosen ids, row-major [T, k] \param pairs T * k

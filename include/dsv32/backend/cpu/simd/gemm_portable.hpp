@@ -28,7 +28,7 @@ inline constexpr std::array<float, 256> kE4m3Weight = [] {
   std::array<float, 256> t{};
   for (unsigned c = 0; c < 256; ++c) {
     const float sign = (c & 0x80u) ? -1.0f : 1.0f;
-    t[c] = (c & 0x7Fu) == 0x7Fu ? sign * 480.0f : ::dsv32::detail::e4m3_value(c);
+    t[c] = (c & 0x7Fu) == 0x7Fu ? sign * 480.0f : ::dsv32::decode_e4m3(static_cast<std::uint8_t>(c));
   }
   return t;
 }();
