@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "dsv32/backend/cpu/gemm.hpp"
+#include "dsv32/backend/cpu/kernel_helpers.hpp"
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/kernel_args.hpp"
 #include "dsv32/core/numeric.hpp"
@@ -296,50 +297,20 @@ inline void latent_attention(const bf16* q_lat, const bf16* q_pe, std::int64_t q
   ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_lat), H * C, ql);
   for (std::int64_t h = 0; h < H; ++h)
     ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(q_pe + h * q_pe_stride), rope, qp + h * rope);
-  // The selected keys packed once into the micro-kernels' panels, shared by every head group (the
-  // score products below are matmul_exact()'s loops on these panels: the same sums).
-  const int nr = ops.nr;
-  const std::int64_t blocks = (n + nr - 1) / nr, kv_chunks = (C + detail::kPanelK - 1) / detail::kPanelK,
-                     pe_chunks = (rope + detail::kPanelK - 1) / detail::kPanelK;
-  const std::int64_t panel = detail::kPanelK * nr;
-  float* kv_panels = detail::attention_scratch(8, static_cast<std::size_t>(blocks * kv_chunks * panel));
-  float* pe_panels = detail::attention_scratch(9, static_cast<std::size_t>(blocks * pe_chunks * panel));
-  parallel_for(blocks, nr * (C + rope), [&](std::int64_t b) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(nr, n - b * nr));
-    // block b of keys [n][K] into its `chunks` panels
-    auto pack = [&](const float* keys, std::int64_t K, std::int64_t chunks, float* panels) {
-      for (std::int64_t c = 0; c < chunks; ++c)
-        ops.pack_f32(keys + b * nr * K + c * detail::kPanelK, K, rows,
-                     static_cast<int>(std::min<std::int64_t>(detail::kPanelK, K - c * detail::kPanelK)),
-                     panels + (b * chunks + c) * panel);
-    };
-    pack(kv, C, kv_chunks, kv_panels);
-    pack(pe, rope, pe_chunks, pe_panels);
-  });
-  // c[h][j] = sum_k a[h][k] key_j[k] over the packed keys, for hn heads
-  auto scores_of = [&](std::int64_t hn, const float* a, std::int64_t K, const float* panels, std::int64_t chunks,
-                       float* c, float* tile) {
-    for (std::int64_t b = 0; b < blocks; ++b) {
-      for (std::int64_t ch = 0; ch < chunks; ++ch) {
-        const std::int64_t k0 = ch * detail::kPanelK;
-        const int kc = static_cast<int>(std::min<std::int64_t>(detail::kPanelK, K - k0));
-        for (std::int64_t m0 = 0; m0 < hn; m0 += ops.mr)
-          ops.micro_exact_products(static_cast<int>(std::min<std::int64_t>(ops.mr, hn - m0)), kc, a + m0 * K + k0, K,
-                                   panels + (b * chunks + ch) * panel, nr, tile + m0 * nr, nr, k0 > 0);
-      }
-      const std::int64_t cols = std::min<std::int64_t>(nr, n - b * nr);
-      for (std::int64_t h = 0; h < hn; ++h) std::copy(tile + h * nr, tile + h * nr + cols, c + h * n + b * nr);
-    }
-  };
+  // The selected keys packed once into the micro-kernels' panels, shared by every head group
+  float* kv_panels = detail::attention_scratch(8, static_cast<std::size_t>(packed_rows_floats(n, C, kernels)));
+  float* pe_panels = detail::attention_scratch(9, static_cast<std::size_t>(packed_rows_floats(n, rope, kernels)));
+  const PackedRows kv_rows = pack_rows(kv, n, C, kv_panels, kernels);
+  const PackedRows pe_rows = pack_rows(pe, n, rope, pe_panels, kernels);
   const std::int64_t group = std::max<std::int64_t>(1, H / (4 * num_threads()));
   parallel_for((H + group - 1) / group, group * n * (2 * C + rope), [&](std::int64_t g) {
     const std::int64_t h0 = g * group, hn = std::min(group, H - h0);
     float* sc = scores + h0 * n;
     float* pe_part = detail::attention_scratch(0, static_cast<std::size_t>(hn * n));
     float* o = detail::attention_scratch(1, static_cast<std::size_t>(hn * C));
-    float* tile = detail::attention_scratch(2, static_cast<std::size_t>(hn * nr));
-    scores_of(hn, ql + h0 * C, C, kv_panels, kv_chunks, sc, tile);
-    scores_of(hn, qp + h0 * rope, rope, pe_panels, pe_chunks, pe_part, tile);
+    float* tile = detail::attention_scratch(2, static_cast<std::size_t>(hn * kv_rows.nr));
+    matmul_exact_packed(hn, ql + h0 * C, C, kv_rows, sc, n, tile, kernels);
+    matmul_exact_packed(hn, qp + h0 * rope, rope, pe_rows, pe_part, n, tile, kernels);
     for (std::int64_t h = 0; h < hn; ++h) {
       float* p = sc + h * n;
       for (std::int64_t j = 0; j < n; ++j) {

@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dsv32/backend/cpu/kernel_helpers.hpp"
 #include "dsv32/backend/cpu/kernel_plan.hpp"
 #include "dsv32/backend/cpu/parallel_for.hpp"
 #include "dsv32/backend/cpu/quant.hpp"
@@ -40,17 +41,6 @@
 namespace dsv32 {
 
 namespace cpu {
-
-/// \brief The kernels' f32 work matrix: dynamic size, row-major like dsv32's tensors.
-using RowMatrixF = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-/// \brief Per-thread f32 scratch, grown on demand and reused.
-inline float* thread_scratch(std::size_t slot, std::size_t n) {
-  thread_local std::vector<float> buffers[4];
-  auto& b = buffers[slot];
-  if (b.size() < n) b.resize(n);
-  return b.data();
-}
 
 /// \brief Rows [r0, r0 + n) of a weight as f32: exact for BF16 and F32; for F8_E4M3 the reference's
 ///        dequantization bf16(e4m3 * block scale) (the NaN codes 0x7F / 0xFF reading as +-480, as
@@ -90,13 +80,6 @@ inline void weight_rows_f32(const WeightView<>& w, std::int64_t r0, std::int64_t
 
 namespace detail {
 
-/// Refuses a weight dtype the products cannot read, before any parallel loop: an exception thrown
-/// inside an OpenMP region would terminate the program instead of reaching the caller.
-inline void check_weight_dtype(const WeightView<>& w, const char* op) {
-  DSV32_CHECK(w.dtype == DType::BF16 || w.dtype == DType::F32 || w.dtype == DType::F8_E4M3, unsupported, op,
-              ": weight dtype ", dtype_name(w.dtype), " in a matrix product (BF16, F32 or F8_E4M3 expected)");
-}
-
 inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView<>& w, std::int64_t y_rows,
                                 std::int64_t y_cols) {
   DSV32_CHECK(x.cols == w.in && y_cols == w.out && y_rows == x.rows, invalid_argument, "linear: input [", x.rows,
@@ -106,30 +89,11 @@ inline void check_linear_shapes(MatrixView<const bf16> x, const WeightView<>& w,
 /// Columns of x (and of a weight) per packed panel: one FP8 scale block.
 inline constexpr int kPanelK = 128;
 
-/// Per-thread scratch arrays, grown on demand and reused across calls: array `slot` (< 10) of the
-/// owner `Tag` (the GEMM drivers, the attention kernels: their slots never collide). Each starts on a
-/// 64-byte line, so that the kernels' vector loads of it never straddle two lines.
-template <class T, class Tag>
-T* thread_scratch(int slot, std::size_t n) {
-  constexpr std::size_t kLine = 64, kPad = kLine / sizeof(T);
-  thread_local std::vector<T> buffers[10];
-  auto& b = buffers[slot];
-  if (b.size() < n + kPad) b.resize(n + kPad);
-  const auto addr = reinterpret_cast<std::uintptr_t>(b.data());
-  return b.data() + ((kLine - addr % kLine) % kLine) / sizeof(T);
-}
-
 struct GemmScratchTag;
 /// The GEMM drivers' scratch arrays (thread_scratch), slots 0-5.
 template <class T>
 T* gemm_scratch(int slot, std::size_t n) {
   return thread_scratch<T, GemmScratchTag>(slot, n);
-}
-
-/// Asks the cache for the `bytes` bytes from p (one hint per 64-byte line): for reads the hardware
-/// prefetcher cannot foresee (rows far apart, scattered positions).
-inline void prefetch_bytes(const void* p, std::int64_t bytes) {
-  for (std::int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(static_cast<const char*>(p) + b);
 }
 
 /// Rows per task so that [0, n) gives about want_tasks tasks: a multiple of align, at most max_rows.
@@ -267,14 +231,6 @@ inline void bf16_pairs(const float* f, int pairs, int width, std::uint32_t* out)
 /// Two E4M3 codes as one dword of bf16 values (exact): `even`'s in the low half, `odd`'s in the high.
 inline std::uint32_t e4m3_bf16_pair(std::uint8_t even, std::uint8_t odd) {
   return (std::bit_cast<std::uint32_t>(kE4m3Decode[odd]) & 0xFFFF0000u) | (std::bit_cast<std::uint32_t>(kE4m3Decode[even]) >> 16);
-}
-
-/// The T rows' values value(t, i), i < n, side by side: out[i T + t] (the layout of the kernels that
-/// broadcast x from memory, all T rows of a column a small offset from one pointer).
-template <class Value, class Out>
-void side_by_side(std::int64_t T, std::int64_t n, Value&& value, Out* out) {
-  for (std::int64_t t = 0; t < T; ++t)
-    for (std::int64_t i = 0; i < n; ++i) out[i * T + t] = value(t, i);
 }
 
 /// y = dequant(xq) dequant(W)^T for an F8_E4M3 weight: per 128-wide block the dot of E4M3 values
@@ -545,6 +501,69 @@ inline void matmul_exact(std::int64_t M, std::int64_t N, std::int64_t K, const f
                                  panel, ldp, tile + m0 * nr, nr, k0 > 0);
     }
     for (std::int64_t i = 0; i < M; ++i) std::copy(tile + i * nr, tile + i * nr + n, c + i * ldc + n0);
+  }
+}
+
+/// \brief Rows packed once into the micro-kernels' panels (pack_rows()) for many products with them
+///        (matmul_exact_packed()): the latent attention packs its selected keys once for every head.
+struct PackedRows {
+  std::int64_t n = 0;       ///< rows
+  std::int64_t K = 0;       ///< values per row
+  int nr = 0;               ///< rows per panel (the kernel table's GemmOps::nr)
+  float* panels = nullptr;  ///< packed_rows_floats() floats
+  /// \brief Panels of nr rows.
+  std::int64_t blocks() const noexcept { return (n + nr - 1) / nr; }
+  /// \brief Chunks of 128 columns per row.
+  std::int64_t chunks() const noexcept { return (K + detail::kPanelK - 1) / detail::kPanelK; }
+};
+
+/// \brief Floats of the panels of n rows of K values on `kernels` (pack_rows()).
+inline std::int64_t packed_rows_floats(std::int64_t n, std::int64_t K, const CpuKernels& kernels = default_kernels()) {
+  const std::int64_t nr = kernels.ops().nr;
+  return (n + nr - 1) / nr * ((K + detail::kPanelK - 1) / detail::kPanelK) * detail::kPanelK * nr;
+}
+
+/// \brief Packs rows [n, K] (row-major) into `panels` (packed_rows_floats() floats), the panels split
+///        over the threads.
+/// \param rows [n, K] f32 \param n rows \param K values per row \param panels the output
+/// \param kernels the kernels to run on
+/// \return the packed rows, for matmul_exact_packed()
+inline PackedRows pack_rows(const float* rows, std::int64_t n, std::int64_t K, float* panels,
+                            const CpuKernels& kernels = default_kernels()) {
+  const simd::GemmOps& ops = kernels.ops();
+  const PackedRows p{n, K, ops.nr, panels};
+  const std::int64_t chunks = p.chunks(), panel = detail::kPanelK * p.nr;
+  parallel_for(p.blocks(), p.nr * K, [&](std::int64_t b) {
+    const int r = static_cast<int>(std::min<std::int64_t>(p.nr, n - b * p.nr));
+    for (std::int64_t c = 0; c < chunks; ++c)
+      ops.pack_f32(rows + b * p.nr * K + c * detail::kPanelK, K, r,
+                   static_cast<int>(std::min<std::int64_t>(detail::kPanelK, K - c * detail::kPanelK)),
+                   panels + (b * chunks + c) * panel);
+  });
+  return p;
+}
+
+/// \brief c[i][j] = sum_k a[i][k] rows[j][k] for i < M, j < rows.n: matmul_exact()'s sums (exact
+///        products, f32 sums in increasing k: the same bits) on rows packed by pack_rows(), on the
+///        calling thread.
+/// \param M rows of a \param a [M, rows.K] \param lda elements between a's rows
+/// \param rows the packed rows \param c [M, rows.n] f32 \param ldc elements between c's rows
+/// \param tile M * rows.nr floats of scratch \param kernels the kernels that packed the rows
+inline void matmul_exact_packed(std::int64_t M, const float* a, std::int64_t lda, const PackedRows& rows, float* c,
+                                std::int64_t ldc, float* tile, const CpuKernels& kernels = default_kernels()) {
+  const simd::GemmOps& ops = kernels.ops();
+  const std::int64_t chunks = rows.chunks(), panel = detail::kPanelK * rows.nr;
+  for (std::int64_t b = 0; b < rows.blocks(); ++b) {
+    for (std::int64_t ch = 0; ch < chunks; ++ch) {
+      const std::int64_t k0 = ch * detail::kPanelK;
+      const int kc = static_cast<int>(std::min<std::int64_t>(detail::kPanelK, rows.K - k0));
+      for (std::int64_t m0 = 0; m0 < M; m0 += ops.mr)
+        ops.micro_exact_products(static_cast<int>(std::min<std::int64_t>(ops.mr, M - m0)), kc, a + m0 * lda + k0, lda,
+                                 rows.panels + (b * chunks + ch) * panel, rows.nr, tile + m0 * rows.nr, rows.nr, k0 > 0);
+    }
+    const std::int64_t cols = std::min<std::int64_t>(rows.nr, rows.n - b * rows.nr);
+    for (std::int64_t i = 0; i < M; ++i)
+      std::copy(tile + i * rows.nr, tile + i * rows.nr + cols, c + i * ldc + b * rows.nr);
   }
 }
 
