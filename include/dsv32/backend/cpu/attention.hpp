@@ -56,10 +56,10 @@ inline void index_scores(const std::uint8_t* q_codes, const float* q_weight, con
   constexpr std::int64_t kChunk = 256;
   std::vector<std::int64_t> first(static_cast<std::size_t>(S + 1), 0);
   for (std::int64_t s = 0; s < S; ++s) first[s + 1] = first[s] + (std::max<std::int64_t>(visible[s], 0) + kChunk - 1) / kChunk;
+  const simd::GemmOps& ops = kernels.ops();
   parallel_for(first[S], H * D * kChunk, [&](std::int64_t task) {
     const std::int64_t s = std::upper_bound(first.begin(), first.end(), task) - first.begin() - 1;
     const std::int64_t t0 = (task - first[s]) * kChunk, n = std::min(kChunk, visible[s] - t0);
-    const simd::GemmOps& ops = kernels.ops();
     float* qf = detail::attention_scratch(0, static_cast<std::size_t>(H * D));
     float* kf = detail::attention_scratch(1, static_cast<std::size_t>(n * D));
     float* logits = detail::attention_scratch(2, static_cast<std::size_t>(H * n));
@@ -213,11 +213,11 @@ inline void sparse_attention(const bf16* q, const bf16* kv, const bf16* k_pe, st
       detail::plan_query_blocks(selected, count, S, k_max, union_positions, column);
   const auto nblocks = static_cast<std::int64_t>(blocks.size());
   const std::int64_t mean_union = static_cast<std::int64_t>(union_positions.size()) / std::max<std::int64_t>(nblocks, 1);
+  const simd::GemmOps& ops = kernels.ops();
   parallel_for(nblocks * H, detail::kAttentionQueryBlock * (mean_union + 1) * (dq + v), [&](std::int64_t task) {
     const detail::QueryBlock& blk = blocks[task / H];
     const std::int64_t h = task % H, m = blk.s1 - blk.s0, U = blk.un;
     const std::int32_t* pos = union_positions.data() + blk.u0;
-    const simd::GemmOps& ops = kernels.ops();
     auto widen = [&](const bf16* src, std::int64_t n, float* dst) {
       ops.widen_bf16(reinterpret_cast<const std::uint16_t*>(src), n, dst);
     };
@@ -480,8 +480,8 @@ inline void absorb_query(const bf16* q, std::int64_t T, std::int64_t H, std::int
   const auto* codes = static_cast<const std::uint8_t*>(wkv_b.data);
   const bool direct = plan_latent(kernels.features, false, T, C) == LatentPath::scaled_codes;
   // a contiguous run of heads per thread, so that each head's kernel can ask for the next one's rows
+  const simd::GemmOps& ops = kernels.ops();
   parallel_for(runs, (T + 1) * nope * C * ((H + runs - 1) / runs), [&](std::int64_t run) {
-    const simd::GemmOps& ops = kernels.ops();
     float* qn = detail::attention_scratch(1, static_cast<std::size_t>(T * nope));
     float* o = detail::attention_scratch(2, static_cast<std::size_t>(T * C));
     const std::int64_t h1 = (run + 1) * H / runs;
@@ -526,8 +526,8 @@ inline void project_values(const bf16* o_lat, std::int64_t T, std::int64_t H, st
   const auto* codes = static_cast<const std::uint8_t*>(wkv_b.data);
   const bool direct = plan_latent(kernels.features, true, T, C) == LatentPath::scaled_codes;
   // a contiguous run of heads per thread, so that each group of rows can ask for the next one
+  const simd::GemmOps& ops = kernels.ops();
   parallel_for(runs, (T + 1) * v * C * ((H + runs - 1) / runs), [&](std::int64_t run) {
-    const simd::GemmOps& ops = kernels.ops();
     float* o = detail::attention_scratch(1, static_cast<std::size_t>(T * C));
     float* y = detail::attention_scratch(2, static_cast<std::size_t>(T * v));
     const std::int64_t h1 = (run + 1) * H / runs;

@@ -3,9 +3,7 @@
 #pragma once
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <numeric>
 #include <vector>
 
 #include "dsv32/backend/kernel_args.hpp"
