@@ -48,12 +48,10 @@ namespace cpu = dsv32::cpu;
 // and checks nothing; its ctest entry (dsv32_unit_kernels_vbmi, dsv32_unit_kernels_amx in
 // tests/CMakeLists.txt) then reports it skipped instead of passed. Where the host has the feature,
 // the case requires the kernels in the table.
-bool host_has_vbmi() { return cpu::detected_isa() >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi(); }
+bool host_has_vbmi() { return cpu::detected_features().vbmi; }  // (within DSV32_CPU_ISA's cap)
 // Whether the table of `isa` takes its VBMI kernels (the AVX-512 levels on a host with VBMI).
 bool vbmi_level(cpu::Isa isa) { return isa >= cpu::Isa::avx512 && cpu::cpu_has_avx512_vbmi(); }
-bool host_has_amx() {
-  return cpu::detected_isa() >= cpu::Isa::avx512_bf16 && cpu::cpu_has_avx512_vbmi() && cpu::cpu_has_amx_int8();
-}
+bool host_has_amx() { return cpu::detected_features().amx_int8; }
 #define DSV32_SKIP_UNLESS(host_has, why) \
   if (!(host_has)) {                      \
     MESSAGE("SKIPPED: " why);             \
@@ -908,7 +906,7 @@ TEST_CASE("GemmOps::fp8_value_dots(_scaled), every ISA: the panel order's block 
         CHECK(bit_mismatches(c, expected) == 0);  // columns >= n untouched
       }
   }
-  if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(fused > 0);
+  if (cpu::detected_features().isa >= cpu::Isa::avx512) CHECK(fused > 0);
 }
 
 TEST_CASE("GemmOps::micro_f64(_scaled) + epilogue_f64, every ISA: exact block dots, scaled and added in f32") {
@@ -952,7 +950,7 @@ TEST_CASE("GemmOps::micro_f64(_scaled) + epilogue_f64, every ISA: exact block do
         CHECK(bit_mismatches(c, expected) == 0);
       }
   }
-  if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(fused > 0);
+  if (cpu::detected_features().isa >= cpu::Isa::avx512) CHECK(fused > 0);
 }
 
 TEST_CASE("GemmOps micro-kernels, every ISA: c = (accumulate ? c : 0) + the sequential sum, empty sums included") {
@@ -1194,7 +1192,7 @@ TEST_CASE("GemmOps::e4m3_scaled_cols / e4m3_scaled_rows, every ISA that has them
         }
     }
   }
-  if (cpu::detected_isa() >= cpu::Isa::avx512) CHECK(tables > 0);
+  if (cpu::detected_features().isa >= cpu::Isa::avx512) CHECK(tables > 0);
 }
 
 TEST_CASE("cpu::activation_scale and act_quant: closed forms") {

@@ -7,12 +7,12 @@
 
 namespace dsv32::test {
 
-/// Every ISA level this CPU runs, from portable up.
+/// Every ISA level this CPU runs, from portable up (within the process cap DSV32_CPU_ISA sets).
 inline std::vector<cpu::Isa> isas_here() {
   std::vector<cpu::Isa> v{cpu::Isa::portable};
-  if (cpu::detected_isa() >= cpu::Isa::avx2) v.push_back(cpu::Isa::avx2);
-  if (cpu::detected_isa() >= cpu::Isa::avx512) v.push_back(cpu::Isa::avx512);
-  if (cpu::detected_isa() >= cpu::Isa::avx512_bf16) v.push_back(cpu::Isa::avx512_bf16);
+  if (cpu::detected_features().isa >= cpu::Isa::avx2) v.push_back(cpu::Isa::avx2);
+  if (cpu::detected_features().isa >= cpu::Isa::avx512) v.push_back(cpu::Isa::avx512);
+  if (cpu::detected_features().isa >= cpu::Isa::avx512_bf16) v.push_back(cpu::Isa::avx512_bf16);
   return v;
 }
 

@@ -38,6 +38,9 @@
 
 namespace dsv32::cpu::simd::avx2 {
 
+/// Micro-tiles: kMr x rows by kNr weight rows in f32 (12 ymm accumulators), kMr by kNr64 in f64.
+inline constexpr int kMr = 6, kNr = 16, kMr64 = 6, kNr64 = 8;
+
 /// Hides a value from the optimizer so that a multiply is never fused into the following add.
 DSV32_TARGET_AVX2 inline __m256 opaque(__m256 v) {
   __asm__("" : "+x"(v));
@@ -95,7 +98,7 @@ DSV32_TARGET_AVX2 inline __m256 load_row(const void* w, std::int64_t ldw, int ro
 
 /// Packs n <= 16 rows x kc columns into [kc][16] f32.
 template <int Kind>
-DSV32_TARGET_AVX2 void pack16(const void* w, std::int64_t ldw, int n, int kc, float* out) {
+DSV32_TARGET_AVX2 void pack_panel(const void* w, std::int64_t ldw, int n, int kc, float* out) {
   for (int k0 = 0; k0 < kc; k0 += 8) {
     const int cnt = kc - k0 < 8 ? kc - k0 : 8;
     for (int half = 0; half < 2; ++half) {
@@ -110,15 +113,6 @@ DSV32_TARGET_AVX2 void pack16(const void* w, std::int64_t ldw, int n, int kc, fl
   }
 }
 
-DSV32_TARGET_AVX2 inline void pack_bf16(const std::uint16_t* w, std::int64_t ldw, int n, int kc, float* out) {
-  pack16<0>(w, ldw, n, kc, out);
-}
-DSV32_TARGET_AVX2 inline void pack_f32(const float* w, std::int64_t ldw, int n, int kc, float* out) {
-  pack16<1>(w, ldw, n, kc, out);
-}
-DSV32_TARGET_AVX2 inline void pack_e4m3(const std::uint8_t* w, std::int64_t ldw, int n, int kc, float* out) {
-  pack16<2>(w, ldw, n, kc, out);
-}
 
 /// The byte shuffles that turn 8 E4M3 codes into doubles (e4m3_doubles8): qword lane i of
 /// place[j] takes its bytes 6, 7 from bytes 4j + i and 8 + 4j + i of its 128-bit lane; the rest 0.
@@ -264,32 +258,14 @@ DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const f
   else micro16_tile<MR, kRounded, kPairSwap, false, kLda, kLdb>(kc, a, lda, b, ldb, c, ldc);
 }
 
+/// The f32 micro-kernel over mr rows: tiles of kMr rows, then 4, 2, 1.
 template <bool kRounded, bool kPairSwap = false, int kLda = 0, int kLdb = 0>
-DSV32_TARGET_AVX2 void micro16_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                                   bool accumulate) {
-  int i = 0;
-  for (; i + 6 <= mr; i += 6)
-    micro16<6, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-  if (mr - i >= 4) micro16<4, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 4;
-  if (mr - i >= 2) micro16<2, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate), i += 2;
-  if (mr - i >= 1) micro16<1, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc, accumulate);
-}
-
-DSV32_TARGET_AVX2 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                                   std::int64_t ldc, bool accumulate) {
-  micro16_any<false>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
-}
-DSV32_TARGET_AVX2 inline void micro_rounded_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                                     std::int64_t ldc, bool accumulate) {
-  micro16_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
-}
-
-/// GemmOps::fp8_value_dots: the panel order on FMAs, 6 x 16 tiles (the drivers' x tiles are 128
-/// values a row: that stride compiled in).
-DSV32_TARGET_AVX2 inline void fp8_value_dots(int mr, const float* a, std::int64_t lda, const float* b, float* dot,
-                                             std::int64_t ldd) {
-  if (lda == 128) micro16_any<false, true, 128, 16>(mr, 128, a, lda, b, 16, dot, ldd, false);
-  else micro16_any<false, true>(mr, 128, a, lda, b, 16, dot, ldd, false);
+DSV32_TARGET_AVX2 void micro_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                 float* c, std::int64_t ldc, bool accumulate) {
+  for_row_tiles<kMr>(mr, [&](auto rows, int i) {
+    micro16<decltype(rows)::value, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc,
+                                                                    accumulate);
+  });
 }
 
 /// GemmOps::fp8_value_dots_scaled: fp8_value_dots with epilogue_f32 in registers.
@@ -297,15 +273,10 @@ template <int kLda>
 DSV32_TARGET_AVX2 void fp8_value_dots_scaled_any(int mr, int n, const float* a, std::int64_t lda, const float* b,
                                                  const float* scale, float* c, std::int64_t ldc) {
   const std::int64_t la = kLda ? kLda : lda;
-  int i = 0;
-  for (; i + 6 <= mr; i += 6)
-    micro16_tile<6, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc, ldc, scale + i, n);
-  if (mr - i >= 4)
-    micro16_tile<4, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc, ldc, scale + i, n), i += 4;
-  if (mr - i >= 2)
-    micro16_tile<2, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc, ldc, scale + i, n), i += 2;
-  if (mr - i >= 1)
-    micro16_tile<1, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc, ldc, scale + i, n);
+  for_row_tiles<kMr>(mr, [&](auto rows, int i) {
+    micro16_tile<decltype(rows)::value, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc,
+                                                                            ldc, scale + i, n);
+  });
 }
 DSV32_TARGET_AVX2 inline void fp8_value_dots_scaled(int mr, int n, const float* a, std::int64_t lda, const float* b,
                                                     const float* scale, float* c, std::int64_t ldc) {
@@ -317,7 +288,7 @@ DSV32_TARGET_AVX2 inline void fp8_value_dots_scaled(int mr, int n, const float* 
 /// f32(that sum) * scale[i] for j < n (epilogue_f64 in registers: the same bits). kLda: lda compiled
 /// in (0: as given).
 template <int MR, bool kScaled = false, int kLda = 0>
-DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc,
+DSV32_TARGET_AVX2 void micro_f64_tile(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc,
                                int n = 8, const float* scale = nullptr, float* f = nullptr, std::int64_t ldf = 0) {
   const std::int64_t la = kLda ? kLda : lda;
   if (kc < 1) {  // (apart, so that GCC knows the loop below runs: see micro16_tile)
@@ -350,28 +321,16 @@ DSV32_TARGET_AVX2 void micro8d(int kc, const double* a, std::int64_t lda, const 
   }
 }
 
-DSV32_TARGET_AVX2 inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
-                                        std::int64_t ldc) {
-  int i = 0;
-  for (; i + 6 <= mr; i += 6) micro8d<6>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
-  if (mr - i >= 4) micro8d<4>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 4;
-  if (mr - i >= 2) micro8d<2>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 2;
-  if (mr - i >= 1) micro8d<1>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
-}
-
 /// GemmOps::micro_f64_scaled: micro_f64 over one 128-column block with epilogue_f64 in registers
 /// (the drivers' x tiles are 128 values a row: that stride compiled in).
 template <int kLda>
 DSV32_TARGET_AVX2 void micro_f64_scaled_any(int mr, int n, const double* a, std::int64_t lda, const double* b,
                                             const float* scale, float* c, std::int64_t ldc) {
   const std::int64_t la = kLda ? kLda : lda;
-  int i = 0;
-  for (; i + 6 <= mr; i += 6) micro8d<6, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
-  if (mr - i >= 4)
-    micro8d<4, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 4;
-  if (mr - i >= 2)
-    micro8d<2, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 2;
-  if (mr - i >= 1) micro8d<1, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
+  for_row_tiles<kMr64>(mr, [&](auto rows, int i) {
+    micro_f64_tile<decltype(rows)::value, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc,
+                                                      ldc);
+  });
 }
 DSV32_TARGET_AVX2 inline void micro_f64_scaled(int mr, int n, const double* a, std::int64_t lda, const double* b,
                                                const float* scale, float* c, std::int64_t ldc) {
@@ -509,7 +468,7 @@ DSV32_TARGET_AVX2 inline void epilogue_f32(int mr, int n, const float* dot, std:
 /// lane j: row j's bf16 bits of columns k + 2c, low half, and k + 2c + 1, high half): each vector
 /// loaded from two rows, row q into the low 128-bit lane and row q + 4 into the high one, then a
 /// 4 x 4 dword transpose inside the 128-bit lanes (8 unpacks per 64 weights, against 24 shuffles and
-/// two widening passes per 64 for pack16's 8 x 8 f32 transpose).
+/// two widening passes per 64 for pack_panel's 8 x 8 f32 transpose).
 DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void load_pairs8(const std::uint16_t* const* wr,
                                                                         std::int64_t k, __m256i p[4]) {
   __m256i v[4];
@@ -692,24 +651,8 @@ DSV32_TARGET_AVX2 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const dou
     if (i % R < valid_rows) out[(i / R) * ldo + i % R] = c[i];
 }
 
-/// The AVX2 block kernel for the shared loops of e4m3_rows (E4m3RowsDriver, rows_driver.hpp).
-struct E4m3RowsKernel {
-  template <int MT, int R>
-  static void blocks(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx, const float* xs,
-                     std::int64_t ldxs, const std::uint8_t* const* wr, const float* ws, int valid_rows, float* out,
-                     std::int64_t ldo, std::int64_t ahead) {
-    e4m3_blocks<MT, R>(kb0, kb1, xd, ldx, xs, ldxs, wr, ws, valid_rows, out, ldo, ahead);
-  }
-  /// Weight rows per group of mt x rows (MT x R <= 8 accumulators of 4 doubles).
-  static constexpr int weight_rows(int mt) { return mt == 8 ? 1 : mt == 4 ? 2 : mt == 2 ? 4 : 8; }
-};
-
-/// GemmOps::e4m3_rows.
-inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
-                      const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
-                      float* out, std::int64_t ldo) {
-  E4m3RowsDriver<E4m3RowsKernel>::rows(M, rows, kb0, kb1, xd, ldx, xs, ldxs, w, ldw, ws, out, ldo, kPanelPrefetchMaxK);
-}
+/// Weight rows per group of mt x rows in e4m3_rows (MT x R <= 8 accumulators of 4 doubles).
+constexpr int e4m3_weight_rows(int mt) { return mt == 8 ? 1 : mt == 4 ? 2 : mt == 2 ? 4 : 8; }
 
 /// e4m3_pair_rows (the row order, gemm_ops.hpp) for MT x rows and R weight rows, MT * R <= 4. A
 /// block's 16 lanes are two 8-lane halves u: the lanes 8u + j of slot group g hold the column pairs
@@ -949,18 +892,6 @@ DSV32_TARGET_AVX2 void e4m3_scaled_cols_mt(std::int64_t D, std::int64_t N, const
   }
 }
 
-/// GemmOps::e4m3_scaled_cols: e4m3_scaled_cols_mt for M rows.
-DSV32_TARGET_AVX2 inline void e4m3_scaled_cols(int M, std::int64_t D, std::int64_t N, const float* x,
-                                               const std::uint8_t* w, std::int64_t ldw, const float* scale,
-                                               float* out, std::int64_t ldo, const std::uint8_t* next) {
-  using Kernel = void (*)(std::int64_t, std::int64_t, const float*, const std::uint8_t*, std::int64_t, const float*,
-                          float*, std::int64_t, const std::uint8_t*);
-  static constexpr Kernel kernels[8] = {e4m3_scaled_cols_mt<1>, e4m3_scaled_cols_mt<2>, e4m3_scaled_cols_mt<3>,
-                                        e4m3_scaled_cols_mt<4>, e4m3_scaled_cols_mt<5>, e4m3_scaled_cols_mt<6>,
-                                        e4m3_scaled_cols_mt<7>, e4m3_scaled_cols_mt<8>};
-  kernels[M - 1](D, N, x, w, ldw, scale, out, ldo, next);
-}
-
 /// GemmOps::e4m3_scaled_rows for MT x rows and n <= 8 weight rows (lanes over the rows): per 8
 /// columns the rows' codes widened exactly, times their block's scale, transposed (transpose8) and
 /// multiplied into the MT accumulators in increasing column order, x broadcast from memory.
@@ -998,6 +929,11 @@ DSV32_TARGET_AVX2 inline void e4m3_scaled_rows(int M, int n, std::int64_t K, con
     kernels[M - 1](K, x, w + r0 * ldw, ldw, scale, n - r0 < 8 ? n - r0 : 8, out + r0, ldo);
 }
 
+DSV32_BEGIN_TARGET_AVX2
+#include "dsv32/backend/cpu/simd/gemm_x86-inl.hpp"  // IWYU pragma: keep
+DSV32_END_TARGET
+#include "dsv32/backend/cpu/simd/table_entries-inl.hpp"  // IWYU pragma: keep
+
 }  // namespace dsv32::cpu::simd::avx2
 
 namespace dsv32::cpu::simd {
@@ -1006,34 +942,12 @@ namespace dsv32::cpu::simd {
 inline GemmOps avx2_table() {
   GemmOps o;
   o.isa = Isa::avx2;
-  o.nr = 16;
-  o.mr = 6;
-  o.nr64 = 8;
-  o.mr64 = 6;
-  o.pack_bf16 = avx2::pack_bf16;
-  o.pack_f32 = avx2::pack_f32;
-  o.pack_e4m3 = avx2::pack_e4m3;
-  o.pack_e4m3_f64 = avx2::pack_e4m3_f64;
-  o.micro_exact_products = avx2::micro_exact_products;
-  o.micro_rounded_products = avx2::micro_rounded_products;
-  o.micro_f64 = avx2::micro_f64;
-  o.micro_f64_scaled = avx2::micro_f64_scaled;
-  o.epilogue_f64 = avx2::epilogue_f64;
-  o.epilogue_f32 = avx2::epilogue_f32;
-  o.widen_bf16 = avx2::widen_bf16;
-  o.widen_e4m3 = avx2::widen_e4m3;
-  o.widen_e4m3_f64 = avx2::widen_e4m3_f64;
-  o.amax_bf16 = avx2::amax_bf16;
-  o.quantize_e4m3 = avx2::quantize_e4m3;
-  o.dequant_e4m3 = avx2::dequant_e4m3;
+  avx2::common_entries(o);
   o.bf16_rows = avx2::bf16_rows;
   o.e4m3_pair_rows = avx2::e4m3_pair_rows;
   o.e4m3_panel_rows = avx2::e4m3_panel_rows;
-  o.e4m3_rows = avx2::e4m3_rows;
   o.e4m3_scaled_cols = avx2::e4m3_scaled_cols;
   o.e4m3_scaled_rows = avx2::e4m3_scaled_rows;
-  o.fp8_value_dots = avx2::fp8_value_dots;
-  o.fp8_value_dots_scaled = avx2::fp8_value_dots_scaled;
   return o;
 }
 

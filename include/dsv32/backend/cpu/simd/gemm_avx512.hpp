@@ -44,6 +44,9 @@
 
 namespace dsv32::cpu::simd::avx512 {
 
+/// Micro-tiles: kMr x rows by kNr weight rows in f32 (24 zmm accumulators), kMr by kNr64 in f64.
+inline constexpr int kMr = 12, kNr = 32, kMr64 = 12, kNr64 = 16;
+
 /// Hides a value from the optimizer so that a multiply is never fused into the following add.
 DSV32_TARGET_AVX512 inline __m512 opaque(__m512 v) {
   __asm__("" : "+v"(v));
@@ -118,7 +121,7 @@ DSV32_TARGET_AVX512 inline __m512 load_row(const void* w, std::int64_t ldw, int 
 
 /// Packs n <= 32 rows x kc columns into [kc][32] f32.
 template <int Kind>
-DSV32_TARGET_AVX512 void pack32(const void* w, std::int64_t ldw, int n, int kc, float* out) {
+DSV32_TARGET_AVX512 void pack_panel(const void* w, std::int64_t ldw, int n, int kc, float* out) {
   for (int k0 = 0; k0 < kc; k0 += 16) {
     const int cnt = kc - k0 < 16 ? kc - k0 : 16;
     const __mmask16 m = static_cast<__mmask16>((1u << cnt) - 1u);
@@ -134,15 +137,6 @@ DSV32_TARGET_AVX512 void pack32(const void* w, std::int64_t ldw, int n, int kc, 
   }
 }
 
-DSV32_TARGET_AVX512 inline void pack_bf16(const std::uint16_t* w, std::int64_t ldw, int n, int kc, float* out) {
-  pack32<0>(w, ldw, n, kc, out);
-}
-DSV32_TARGET_AVX512 inline void pack_f32(const float* w, std::int64_t ldw, int n, int kc, float* out) {
-  pack32<1>(w, ldw, n, kc, out);
-}
-DSV32_TARGET_AVX512 inline void pack_e4m3(const std::uint8_t* w, std::int64_t ldw, int n, int kc, float* out) {
-  pack32<2>(w, ldw, n, kc, out);
-}
 
 /// Packs n <= 16 rows of E4M3 codes x kc columns into [kc][16] doubles.
 DSV32_TARGET_AVX512 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_t ldw, int n, int kc, double* out) {
@@ -175,7 +169,7 @@ DSV32_TARGET_AVX512 inline void pack_e4m3_f64(const std::uint8_t* w, std::int64_
 /// around the loop: so kc < 1 is handled apart, first, and micro32_tile starts from zero or from c
 /// as compiled (one Granite Rapids core, the FP8 block dots' 12 x 128 tile against 32-row panels
 /// with the epilogue: 160 -> 168 GFLOP/s from L2, 170 -> 175 in L1; the slice's 512-token prefill,
-/// two alternating runs: fast 153.5 / 154.0 -> 157.2 / 157.7 tokens/s, exact (micro16d) 77.9 / 77.5
+/// two alternating runs: fast 153.5 / 154.0 -> 157.2 / 157.7 tokens/s, exact (micro_f64_tile) 77.9 / 77.5
 /// -> 83.1 / 83.4).
 template <int MR, bool kRounded, bool kPairSwap, int kLda, int kLdb, bool kScaled, bool kAccumulate>
 DSV32_TARGET_AVX512 void micro32_tile(int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
@@ -239,46 +233,23 @@ DSV32_TARGET_AVX512 void micro32(int kc, const float* a, std::int64_t lda, const
   micro32_tile<MR, kRounded, kPairSwap, kLda, kLdb, kScaled, false>(kc, a, lda, b, ldb, c, ldc, scale, n);
 }
 
+/// The f32 micro-kernel over mr rows: tiles of kMr rows, then 8, 4, 2, 1.
 template <bool kRounded, bool kPairSwap = false, int kLda = 0, int kLdb = 0, bool kScaled = false>
-DSV32_TARGET_AVX512 void micro32_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c, std::int64_t ldc,
-                                     bool accumulate, const float* scale = nullptr, int n = 32) {
-  int i = 0;
+DSV32_TARGET_AVX512 void micro_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
+                                   float* c, std::int64_t ldc, bool accumulate, const float* scale = nullptr,
+                                   int n = 32) {
   const std::int64_t la = kLda ? kLda : lda;
-  auto run = [&](auto rows) {
-    constexpr int R = decltype(rows)::value;
-    micro32<R, kRounded, kPairSwap, kLda, kLdb, kScaled>(kc, a + i * la, lda, b, ldb, c + i * ldc, ldc, accumulate,
-                                                         scale ? scale + i : nullptr, n);
-    i += R;
-  };
-  while (i + 12 <= mr) run(std::integral_constant<int, 12>{});
-  if (mr - i >= 8) run(std::integral_constant<int, 8>{});
-  if (mr - i >= 4) run(std::integral_constant<int, 4>{});
-  if (mr - i >= 2) run(std::integral_constant<int, 2>{});
-  if (mr - i >= 1) run(std::integral_constant<int, 1>{});
-}
-
-DSV32_TARGET_AVX512 inline void micro_exact_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                                     std::int64_t ldc, bool accumulate) {
-  micro32_any<false>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
-}
-DSV32_TARGET_AVX512 inline void micro_rounded_products(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float* c,
-                                                       std::int64_t ldc, bool accumulate) {
-  micro32_any<true>(mr, kc, a, lda, b, ldb, c, ldc, accumulate);
-}
-
-/// GemmOps::fp8_value_dots: the panel order on FMAs, 12 x 32 tiles (the drivers' x tiles are 128
-/// values a row: that stride compiled in).
-DSV32_TARGET_AVX512 inline void fp8_value_dots(int mr, const float* a, std::int64_t lda, const float* b, float* dot,
-                                               std::int64_t ldd) {
-  if (lda == 128) micro32_any<false, true, 128, 32>(mr, 128, a, lda, b, 32, dot, ldd, false);
-  else micro32_any<false, true>(mr, 128, a, lda, b, 32, dot, ldd, false);
+  for_row_tiles<kMr>(mr, [&](auto rows, int i) {
+    micro32<decltype(rows)::value, kRounded, kPairSwap, kLda, kLdb, kScaled>(
+        kc, a + i * la, lda, b, ldb, c + i * ldc, ldc, accumulate, scale ? scale + i : nullptr, n);
+  });
 }
 
 /// GemmOps::fp8_value_dots_scaled: fp8_value_dots with epilogue_f32 in registers.
 DSV32_TARGET_AVX512 inline void fp8_value_dots_scaled(int mr, int n, const float* a, std::int64_t lda, const float* b,
                                                       const float* scale, float* c, std::int64_t ldc) {
-  if (lda == 128) micro32_any<false, true, 128, 32, true>(mr, 128, a, lda, b, 32, c, ldc, false, scale, n);
-  else micro32_any<false, true, 0, 0, true>(mr, 128, a, lda, b, 32, c, ldc, false, scale, n);
+  if (lda == 128) micro_any<false, true, 128, 32, true>(mr, 128, a, lda, b, 32, c, ldc, false, scale, n);
+  else micro_any<false, true, 0, 0, true>(mr, 128, a, lda, b, 32, c, ldc, false, scale, n);
 }
 
 /// fp8_pair_dots for MR rows x 32 weight rows on VDPBF16PS.
@@ -303,18 +274,15 @@ DSV32_TARGET_AVX512_BF16 void pair_dots32(const std::uint32_t* a, std::int64_t l
 
 DSV32_TARGET_AVX512_BF16 inline void fp8_pair_dots_bf16(int mr, const std::uint32_t* a, std::int64_t lda,
                                                         const std::uint32_t* b, float* dot, std::int64_t ldd) {
-  int i = 0;
-  for (; i + 12 <= mr; i += 12) pair_dots32<12>(a + i * lda, lda, b, dot + i * ldd, ldd);
-  if (mr - i >= 8) pair_dots32<8>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 8;
-  if (mr - i >= 4) pair_dots32<4>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 4;
-  if (mr - i >= 2) pair_dots32<2>(a + i * lda, lda, b, dot + i * ldd, ldd), i += 2;
-  if (mr - i >= 1) pair_dots32<1>(a + i * lda, lda, b, dot + i * ldd, ldd);
+  for_row_tiles<kMr>(mr, [&](auto rows, int i) {
+    pair_dots32<decltype(rows)::value>(a + i * lda, lda, b, dot + i * ldd, ldd);
+  });
 }
 
 /// c[i][0..16) = sum_k a[i * lda + k] b[k][0..16) in double, i < MR; with kScaled, instead
 /// f[i][j] += f32(that sum) * scale[i] for j < n (epilogue_f64 in registers: the same bits).
 template <int MR, bool kScaled = false>
-DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc,
+DSV32_TARGET_AVX512 void micro_f64_tile(int kc, const double* a, std::int64_t lda, const double* b, double* c, std::int64_t ldc,
                                   int n = 16, const float* scale = nullptr, float* f = nullptr, std::int64_t ldf = 0) {
   if (kc < 1) {  // (apart, so that GCC knows the loop below runs: see micro32_tile)
     if constexpr (!kScaled)
@@ -346,25 +314,12 @@ DSV32_TARGET_AVX512 void micro16d(int kc, const double* a, std::int64_t lda, con
   }
 }
 
-DSV32_TARGET_AVX512 inline void micro_f64(int mr, int kc, const double* a, std::int64_t lda, const double* b, double* c,
-                                          std::int64_t ldc) {
-  int i = 0;
-  for (; i + 12 <= mr; i += 12) micro16d<12>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
-  if (mr - i >= 8) micro16d<8>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 8;
-  if (mr - i >= 4) micro16d<4>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 4;
-  if (mr - i >= 2) micro16d<2>(kc, a + i * lda, lda, b, c + i * ldc, ldc), i += 2;
-  if (mr - i >= 1) micro16d<1>(kc, a + i * lda, lda, b, c + i * ldc, ldc);
-}
-
 /// GemmOps::micro_f64_scaled: micro_f64 over one 128-column block with epilogue_f64 in registers.
 DSV32_TARGET_AVX512 inline void micro_f64_scaled(int mr, int n, const double* a, std::int64_t lda, const double* b,
                                                  const float* scale, float* c, std::int64_t ldc) {
-  int i = 0;
-  for (; i + 12 <= mr; i += 12) micro16d<12, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
-  if (mr - i >= 8) micro16d<8, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 8;
-  if (mr - i >= 4) micro16d<4, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 4;
-  if (mr - i >= 2) micro16d<2, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc), i += 2;
-  if (mr - i >= 1) micro16d<1, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
+  for_row_tiles<kMr64>(mr, [&](auto rows, int i) {
+    micro_f64_tile<decltype(rows)::value, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
+  });
 }
 
 DSV32_TARGET_AVX512 inline void widen_bf16(const std::uint16_t* x, std::int64_t n, float* out) {
@@ -738,24 +693,8 @@ DSV32_TARGET_AVX512 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const d
     if (i % R < valid_rows) out[(i / R) * ldo + i % R] = c[i];
 }
 
-/// The AVX-512 block kernel for the shared loops of e4m3_rows (E4m3RowsDriver, rows_driver.hpp).
-struct E4m3RowsKernel {
-  template <int MT, int R>
-  static void blocks(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx, const float* xs,
-                     std::int64_t ldxs, const std::uint8_t* const* wr, const float* ws, int valid_rows, float* out,
-                     std::int64_t ldo, std::int64_t ahead) {
-    e4m3_blocks<MT, R>(kb0, kb1, xd, ldx, xs, ldxs, wr, ws, valid_rows, out, ldo, ahead);
-  }
-  /// Weight rows per group of mt x rows (MT x R <= 16 accumulators of 8 doubles).
-  static constexpr int weight_rows(int mt) { return mt == 8 ? 2 : mt == 4 ? 4 : 8; }
-};
-
-/// GemmOps::e4m3_rows.
-inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
-                      const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw, const float* ws,
-                      float* out, std::int64_t ldo) {
-  E4m3RowsDriver<E4m3RowsKernel>::rows(M, rows, kb0, kb1, xd, ldx, xs, ldxs, w, ldw, ws, out, ldo, kPanelPrefetchMaxK);
-}
+/// Weight rows per group of mt x rows in e4m3_rows (MT x R <= 16 accumulators of 8 doubles).
+constexpr int e4m3_weight_rows(int mt) { return mt == 8 ? 2 : mt == 4 ? 4 : 8; }
 
 /// The high and low bytes of bf16(|value|) of E4M3 codes 0..127 (0x7F reading as 480): the fast
 /// small-M kernel's lookup tables (VPERMI2B indexes 128 bytes with a code's low 7 bits).
@@ -1160,18 +1099,6 @@ DSV32_TARGET_AVX512 void e4m3_scaled_cols_mt(std::int64_t D, std::int64_t N, con
     for (int m = 0; m < MT; ++m)
       for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(out + m * ldo + j0 + 16 * v, lanes[v], acc[m][v]);
   }
-}
-
-/// GemmOps::e4m3_scaled_cols: e4m3_scaled_cols_mt for M rows.
-DSV32_TARGET_AVX512 inline void e4m3_scaled_cols(int M, std::int64_t D, std::int64_t N, const float* x,
-                                                 const std::uint8_t* w, std::int64_t ldw, const float* scale,
-                                                 float* out, std::int64_t ldo, const std::uint8_t* next) {
-  using Kernel = void (*)(std::int64_t, std::int64_t, const float*, const std::uint8_t*, std::int64_t, const float*,
-                          float*, std::int64_t, const std::uint8_t*);
-  static constexpr Kernel kernels[8] = {e4m3_scaled_cols_mt<1>, e4m3_scaled_cols_mt<2>, e4m3_scaled_cols_mt<3>,
-                                        e4m3_scaled_cols_mt<4>, e4m3_scaled_cols_mt<5>, e4m3_scaled_cols_mt<6>,
-                                        e4m3_scaled_cols_mt<7>, e4m3_scaled_cols_mt<8>};
-  kernels[M - 1](D, N, x, w, ldw, scale, out, ldo, next);
 }
 
 /// GemmOps::e4m3_scaled_rows for MT x rows and 16 weight rows (lanes over the rows): per 16 columns
@@ -1671,6 +1598,11 @@ DSV32_TARGET_AVX512_AMX inline void e4m3_tiles_gemm(int rows, int cols, std::int
           }
 }
 
+DSV32_BEGIN_TARGET_AVX512
+#include "dsv32/backend/cpu/simd/gemm_x86-inl.hpp"  // IWYU pragma: keep
+DSV32_END_TARGET
+#include "dsv32/backend/cpu/simd/table_entries-inl.hpp"  // IWYU pragma: keep
+
 }  // namespace dsv32::cpu::simd::avx512
 
 namespace dsv32::cpu::simd {
@@ -1687,29 +1619,7 @@ namespace dsv32::cpu::simd {
 inline GemmOps avx512_table(const CpuFeatures& f) {
   GemmOps o;
   o.isa = f.isa;
-  o.nr = 32;
-  o.mr = 12;
-  o.nr64 = 16;
-  o.mr64 = 12;
-  o.pack_bf16 = avx512::pack_bf16;
-  o.pack_f32 = avx512::pack_f32;
-  o.pack_e4m3 = avx512::pack_e4m3;
-  o.pack_e4m3_f64 = avx512::pack_e4m3_f64;
-  o.micro_exact_products = avx512::micro_exact_products;
-  o.micro_rounded_products = avx512::micro_rounded_products;
-  o.micro_f64 = avx512::micro_f64;
-  o.micro_f64_scaled = avx512::micro_f64_scaled;
-  o.epilogue_f64 = avx512::epilogue_f64;
-  o.epilogue_f32 = avx512::epilogue_f32;
-  o.widen_bf16 = avx512::widen_bf16;
-  o.widen_e4m3 = avx512::widen_e4m3;
-  o.widen_e4m3_f64 = avx512::widen_e4m3_f64;
-  o.amax_bf16 = avx512::amax_bf16;
-  o.quantize_e4m3 = avx512::quantize_e4m3;
-  o.dequant_e4m3 = avx512::dequant_e4m3;
-  o.e4m3_rows = avx512::e4m3_rows;
-  o.fp8_value_dots = avx512::fp8_value_dots;
-  o.fp8_value_dots_scaled = avx512::fp8_value_dots_scaled;
+  avx512::common_entries(o);
   o.bf16_rows = avx512::bf16_rows;
   o.e4m3_scaled_cols = avx512::e4m3_scaled_cols;
   const bool bf16 = f.isa == Isa::avx512_bf16;

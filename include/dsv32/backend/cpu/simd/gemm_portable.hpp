@@ -36,6 +36,9 @@ inline constexpr std::array<float, 256> kE4m3Weight = [] {
 /// \cond DSV32_KERNEL_INTERNALS (the entries of the table; GemmOps documents them)
 namespace portable {
 
+/// Tile sizes (GemmOps::nr, mr, nr64, mr64).
+inline constexpr int kMr = 4, kNr = 16, kMr64 = 4, kNr64 = 8;
+
 inline void pack_bf16(const std::uint16_t* w, std::int64_t ldw, int n, int kc, float* out) {
   constexpr int nr = 16;
   for (int k = 0; k < kc; ++k)
@@ -227,18 +230,20 @@ DSV32_NO_FP_CONTRACT inline void e4m3_pair_rows(int M, int rows, std::int64_t kb
 /// micro_f64 over one 128-column block, then epilogue_f64 (the two calls the other tables fuse).
 inline void micro_f64_scaled(int mr, int n, const double* a, std::int64_t lda, const double* b, const float* scale,
                              float* c, std::int64_t ldc) {
-  double dot[16 * 8];  // nr64 = 8; the drivers pass mr <= 4, tests up to 13
-  micro_f64(mr, 128, a, lda, b, dot, 8);
-  epilogue_f64(mr, n, dot, 8, scale, c, ldc);
+  double dot[16 * kNr64];  // the drivers pass mr <= 4, tests up to 13
+  micro_f64(mr, 128, a, lda, b, dot, kNr64);
+  epilogue_f64(mr, n, dot, kNr64, scale, c, ldc);
 }
 
 /// fp8_value_dots, then epilogue_f32.
 inline void fp8_value_dots_scaled(int mr, int n, const float* a, std::int64_t lda, const float* b, const float* scale,
                                   float* c, std::int64_t ldc) {
-  float dot[16 * 16];  // nr = 16; the drivers pass mr <= 4, tests up to 13
-  fp8_value_dots(mr, a, lda, b, dot, 16);
-  epilogue_f32(mr, n, dot, 16, scale, c, ldc);
+  float dot[16 * kNr];  // the drivers pass mr <= 4, tests up to 13
+  fp8_value_dots(mr, a, lda, b, dot, kNr);
+  epilogue_f32(mr, n, dot, kNr, scale, c, ldc);
 }
+
+#include "dsv32/backend/cpu/simd/table_entries-inl.hpp"  // IWYU pragma: keep
 
 }  // namespace portable
 /// \endcond
@@ -247,29 +252,7 @@ inline void fp8_value_dots_scaled(int mr, int n, const float* a, std::int64_t ld
 inline GemmOps portable_table() {
   GemmOps o;
   o.isa = Isa::portable;
-  o.nr = 16;
-  o.mr = 4;
-  o.nr64 = 8;
-  o.mr64 = 4;
-  o.pack_bf16 = portable::pack_bf16;
-  o.pack_f32 = portable::pack_f32;
-  o.pack_e4m3 = portable::pack_e4m3;
-  o.pack_e4m3_f64 = portable::pack_e4m3_f64;
-  o.micro_exact_products = portable::micro_exact_products;
-  o.micro_rounded_products = portable::micro_rounded_products;
-  o.micro_f64 = portable::micro_f64;
-  o.micro_f64_scaled = portable::micro_f64_scaled;
-  o.epilogue_f64 = portable::epilogue_f64;
-  o.epilogue_f32 = portable::epilogue_f32;
-  o.widen_bf16 = portable::widen_bf16;
-  o.widen_e4m3 = portable::widen_e4m3;
-  o.widen_e4m3_f64 = portable::widen_e4m3_f64;
-  o.amax_bf16 = portable::amax_bf16;
-  o.quantize_e4m3 = portable::quantize_e4m3;
-  o.dequant_e4m3 = portable::dequant_e4m3;
-  o.e4m3_rows = portable::e4m3_rows;
-  o.fp8_value_dots = portable::fp8_value_dots;
-  o.fp8_value_dots_scaled = portable::fp8_value_dots_scaled;
+  portable::common_entries(o);
   o.e4m3_pair_rows = portable::e4m3_pair_rows;
   return o;
 }

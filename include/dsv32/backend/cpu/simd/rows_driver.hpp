@@ -1,15 +1,40 @@
 /// \file
-/// \brief CPU: the loops of the exact small-M FP8 product (GemmOps::e4m3_rows) written once for the
-///        AVX2 and AVX-512 tables, which differ only in their block kernel and in how many weight rows
-///        it takes beside each group of x rows (the vector width: a 256-bit table holds 4 doubles a
-///        register, a 512-bit one 8).
+/// \brief CPU: loops the ISA tables share, written once: the split of a row count into micro-tile
+///        heights (for_row_tiles) and the loops of the exact small-M FP8 product (GemmOps::e4m3_rows),
+///        for which the AVX2 and AVX-512 tables differ only in their block kernel and in how many
+///        weight rows it takes beside each group of x rows (the vector width: a 256-bit table holds 4
+///        doubles a register, a 512-bit one 8).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "dsv32/backend/cpu/simd/gemm_ops.hpp"
 
 namespace dsv32::cpu::simd {
+
+namespace detail {
+/// One tile of R rows from row i where R < kMax and that many rows are left (for_row_tiles).
+template <int R, int kMax, class Tile>
+inline void row_tile(int mr, int& i, Tile& tile) {
+  if constexpr (R < kMax)
+    if (mr - i >= R) tile(std::integral_constant<int, R>{}, i), i += R;
+}
+}  // namespace detail
+
+/// \brief Covers rows [0, mr) with micro-tiles: tile(std::integral_constant<int, R>{}, i) for tiles of
+///        kMax rows while they fit, then one each of 8, 4, 2, 1 rows below kMax as the rest needs (R
+///        rows from row i). The micro-kernels' drivers (micro_f64, micro_any, ...) run on it with their
+///        table's tile height (6 on AVX2, 12 on AVX-512).
+template <int kMax, class Tile>
+inline void for_row_tiles(int mr, Tile&& tile) {
+  int i = 0;
+  for (; i + kMax <= mr; i += kMax) tile(std::integral_constant<int, kMax>{}, i);
+  detail::row_tile<8, kMax>(mr, i, tile);
+  detail::row_tile<4, kMax>(mr, i, tile);
+  detail::row_tile<2, kMax>(mr, i, tile);
+  detail::row_tile<1, kMax>(mr, i, tile);
+}
 
 /// \brief GemmOps::e4m3_rows on an ISA's block kernel. `Isa` provides
 ///        `template <int MT, int R> static void blocks(kb0, kb1, xd, ldx, xs, ldxs, wr, ws, valid_rows,
