@@ -590,7 +590,10 @@ class errors(unittest.TestCase):
         before = self.server.metrics().get('dsv32_http_requests_total{endpoint="/v1/completions",status="400"}', 0)
         for _ in range(3):
             self.server.post("/v1/completions", {"model": DEMO})
-        after = self.server.metrics()['dsv32_http_requests_total{endpoint="/v1/completions",status="400"}']
+        # a response is counted by cpp-httplib's logger, which runs once the response is written: the
+        # client can ask for /metrics before the server thread of its last request got there
+        key = 'dsv32_http_requests_total{endpoint="/v1/completions",status="400"}'
+        after = self.server.wait_metrics(lambda m: m.get(key, 0) >= before + 3, timeout=10)[key]
         self.assertEqual(after - before, 3)
 
 
