@@ -262,7 +262,7 @@ DSV32_TARGET_AVX2 void micro16(int kc, const float* a, std::int64_t lda, const f
 template <bool kRounded, bool kPairSwap = false, int kLda = 0, int kLdb = 0>
 DSV32_TARGET_AVX2 void micro_any(int mr, int kc, const float* a, std::int64_t lda, const float* b, std::int64_t ldb,
                                  float* c, std::int64_t ldc, bool accumulate) {
-  for_row_tiles<kMr>(mr, [&](auto rows, int i) {
+  for_row_tiles<kMr>(mr, [&](auto rows, int i) DSV32_TARGET_AVX2 {
     micro16<decltype(rows)::value, kRounded, kPairSwap, kLda, kLdb>(kc, a + i * lda, lda, b, ldb, c + i * ldc, ldc,
                                                                     accumulate);
   });
@@ -273,7 +273,7 @@ template <int kLda>
 DSV32_TARGET_AVX2 void fp8_value_dots_scaled_any(int mr, int n, const float* a, std::int64_t lda, const float* b,
                                                  const float* scale, float* c, std::int64_t ldc) {
   const std::int64_t la = kLda ? kLda : lda;
-  for_row_tiles<kMr>(mr, [&](auto rows, int i) {
+  for_row_tiles<kMr>(mr, [&](auto rows, int i) DSV32_TARGET_AVX2 {
     micro16_tile<decltype(rows)::value, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc,
                                                                             ldc, scale + i, n);
   });
@@ -327,7 +327,7 @@ template <int kLda>
 DSV32_TARGET_AVX2 void micro_f64_scaled_any(int mr, int n, const double* a, std::int64_t lda, const double* b,
                                             const float* scale, float* c, std::int64_t ldc) {
   const std::int64_t la = kLda ? kLda : lda;
-  for_row_tiles<kMr64>(mr, [&](auto rows, int i) {
+  for_row_tiles<kMr64>(mr, [&](auto rows, int i) DSV32_TARGET_AVX2 {
     micro_f64_tile<decltype(rows)::value, true, kLda>(128, a + i * la, lda, b, nullptr, 0, n, scale + i, c + i * ldc,
                                                       ldc);
   });
@@ -929,9 +929,9 @@ DSV32_TARGET_AVX2 inline void e4m3_scaled_rows(int M, int n, std::int64_t K, con
     kernels[M - 1](K, x, w + r0 * ldw, ldw, scale, n - r0 < 8 ? n - r0 : 8, out + r0, ldo);
 }
 
-DSV32_BEGIN_TARGET_AVX2
+#define DSV32_TARGET_WIDTH DSV32_TARGET_AVX2  // the target of every function in gemm_x86-inl.hpp
 #include "dsv32/backend/cpu/simd/gemm_x86-inl.hpp"  // IWYU pragma: keep
-DSV32_END_TARGET
+#undef DSV32_TARGET_WIDTH
 #include "dsv32/backend/cpu/simd/table_entries-inl.hpp"  // IWYU pragma: keep
 
 }  // namespace dsv32::cpu::simd::avx2

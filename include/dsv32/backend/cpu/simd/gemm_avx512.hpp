@@ -239,7 +239,7 @@ DSV32_TARGET_AVX512 void micro_any(int mr, int kc, const float* a, std::int64_t 
                                    float* c, std::int64_t ldc, bool accumulate, const float* scale = nullptr,
                                    int n = 32) {
   const std::int64_t la = kLda ? kLda : lda;
-  for_row_tiles<kMr>(mr, [&](auto rows, int i) {
+  for_row_tiles<kMr>(mr, [&](auto rows, int i) DSV32_TARGET_AVX512 {
     micro32<decltype(rows)::value, kRounded, kPairSwap, kLda, kLdb, kScaled>(
         kc, a + i * la, lda, b, ldb, c + i * ldc, ldc, accumulate, scale ? scale + i : nullptr, n);
   });
@@ -274,7 +274,7 @@ DSV32_TARGET_AVX512_BF16 void pair_dots32(const std::uint32_t* a, std::int64_t l
 
 DSV32_TARGET_AVX512_BF16 inline void fp8_pair_dots_bf16(int mr, const std::uint32_t* a, std::int64_t lda,
                                                         const std::uint32_t* b, float* dot, std::int64_t ldd) {
-  for_row_tiles<kMr>(mr, [&](auto rows, int i) {
+  for_row_tiles<kMr>(mr, [&](auto rows, int i) DSV32_TARGET_AVX512_BF16 {
     pair_dots32<decltype(rows)::value>(a + i * lda, lda, b, dot + i * ldd, ldd);
   });
 }
@@ -317,7 +317,7 @@ DSV32_TARGET_AVX512 void micro_f64_tile(int kc, const double* a, std::int64_t ld
 /// GemmOps::micro_f64_scaled: micro_f64 over one 128-column block with epilogue_f64 in registers.
 DSV32_TARGET_AVX512 inline void micro_f64_scaled(int mr, int n, const double* a, std::int64_t lda, const double* b,
                                                  const float* scale, float* c, std::int64_t ldc) {
-  for_row_tiles<kMr64>(mr, [&](auto rows, int i) {
+  for_row_tiles<kMr64>(mr, [&](auto rows, int i) DSV32_TARGET_AVX512 {
     micro_f64_tile<decltype(rows)::value, true>(128, a + i * lda, lda, b, nullptr, 0, n, scale + i, c + i * ldc, ldc);
   });
 }
@@ -1598,9 +1598,9 @@ DSV32_TARGET_AVX512_AMX inline void e4m3_tiles_gemm(int rows, int cols, std::int
           }
 }
 
-DSV32_BEGIN_TARGET_AVX512
+#define DSV32_TARGET_WIDTH DSV32_TARGET_AVX512  // the target of every function in gemm_x86-inl.hpp
 #include "dsv32/backend/cpu/simd/gemm_x86-inl.hpp"  // IWYU pragma: keep
-DSV32_END_TARGET
+#undef DSV32_TARGET_WIDTH
 #include "dsv32/backend/cpu/simd/table_entries-inl.hpp"  // IWYU pragma: keep
 
 }  // namespace dsv32::cpu::simd::avx512

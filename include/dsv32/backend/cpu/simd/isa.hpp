@@ -66,26 +66,6 @@ constexpr std::string_view isa_name(Isa isa) noexcept {
   DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vbmi,avx2,fma,f16c,bmi2")
 #define DSV32_TARGET_AVX512_AMX \
   DSV32_KERNEL_TARGET("avx512f,avx512bw,avx512dq,avx512vl,avx512vbmi,avx2,fma,f16c,bmi2,amx-tile,amx-int8")
-// A region of code compiled for one level, DSV32_BEGIN_TARGET_AVX2 (or _AVX512) ... DSV32_END_TARGET:
-// every function defined inside, templates and lambdas included, is compiled for that level (the
-// target string of DSV32_TARGET_AVX2 / _AVX512). The kernels written once for both x86 vector widths
-// (gemm_x86-inl.hpp) are included in such a region by each ISA's file. Only definitions go inside: a
-// standard header included there would be compiled for that level too. The region does not ask for
-// peel-loops (nvcc's front end rejects `#pragma GCC optimize`): what it holds are drivers and
-// dispatchers; the register-tiled kernels they call keep DSV32_TARGET_* and its peel-loops.
-#if defined(__clang__)
-#define DSV32_BEGIN_TARGET_AVX2 \
-  _Pragma("clang attribute push(__attribute__((target(\"avx2,fma,f16c,bmi2\"))), apply_to = function)")
-// (one string literal a pragma: _Pragma does not join literals)
-#define DSV32_BEGIN_TARGET_AVX512 \
-  _Pragma("clang attribute push(__attribute__((target(\"avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2\"))), apply_to = function)")
-#define DSV32_END_TARGET _Pragma("clang attribute pop")
-#else
-#define DSV32_BEGIN_TARGET_AVX2 _Pragma("GCC push_options") _Pragma("GCC target(\"avx2,fma,f16c,bmi2\")")
-#define DSV32_BEGIN_TARGET_AVX512 \
-  _Pragma("GCC push_options") _Pragma("GCC target(\"avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,bmi2\")")
-#define DSV32_END_TARGET _Pragma("GCC pop_options")
-#endif
 #endif
 
 /// \brief The best level this CPU (and this build) supports.

@@ -25,7 +25,9 @@ inline void row_tile(int mr, int& i, Tile& tile) {
 /// \brief Covers rows [0, mr) with micro-tiles: tile(std::integral_constant<int, R>{}, i) for tiles of
 ///        kMax rows while they fit, then one each of 8, 4, 2, 1 rows below kMax as the rest needs (R
 ///        rows from row i). The micro-kernels' drivers (micro_f64, micro_any, ...) run on it with their
-///        table's tile height (6 on AVX2, 12 on AVX-512).
+///        table's tile height (6 on AVX2, 12 on AVX-512). They give `tile`, a lambda, their own target
+///        attribute (DSV32_TARGET_AVX2, ...): a lambda does not take its enclosing function's, and the
+///        tile kernels inlined into it must be compiled as they are elsewhere (GCC's peel-loops).
 template <int kMax, class Tile>
 inline void for_row_tiles(int mr, Tile&& tile) {
   int i = 0;
