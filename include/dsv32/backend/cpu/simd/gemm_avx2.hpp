@@ -274,7 +274,7 @@ DSV32_TARGET_AVX2 void fp8_value_dots_scaled_any(int mr, int n, const float* a, 
                                                  const float* scale, float* c, std::int64_t ldc) {
   const std::int64_t la = kLda ? kLda : lda;
   for_row_tiles<kMr>(mr, [&](auto rows, int i) DSV32_TARGET_AVX2 {
-    micro16_tile<decltype(rows)::value, false, true, false, kLda, 16, true>(128, a + i * la, lda, b, 16, c + i * ldc,
+    micro16_tile<decltype(rows)::value, false, true, false, kLda, kNr, true>(128, a + i * la, lda, b, kNr, c + i * ldc,
                                                                             ldc, scale + i, n);
   });
 }

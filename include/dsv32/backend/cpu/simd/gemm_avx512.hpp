@@ -248,8 +248,8 @@ DSV32_TARGET_AVX512 void micro_any(int mr, int kc, const float* a, std::int64_t 
 /// GemmOps::fp8_value_dots_scaled: fp8_value_dots with epilogue_f32 in registers.
 DSV32_TARGET_AVX512 inline void fp8_value_dots_scaled(int mr, int n, const float* a, std::int64_t lda, const float* b,
                                                       const float* scale, float* c, std::int64_t ldc) {
-  if (lda == 128) micro_any<false, true, 128, 32, true>(mr, 128, a, lda, b, 32, c, ldc, false, scale, n);
-  else micro_any<false, true, 0, 0, true>(mr, 128, a, lda, b, 32, c, ldc, false, scale, n);
+  if (lda == 128) micro_any<false, true, 128, kNr, true>(mr, 128, a, lda, b, kNr, c, ldc, false, scale, n);
+  else micro_any<false, true, 0, 0, true>(mr, 128, a, lda, b, kNr, c, ldc, false, scale, n);
 }
 
 /// fp8_pair_dots for MR rows x 32 weight rows on VDPBF16PS.
