@@ -586,6 +586,14 @@ DSV32_TARGET_AVX2 inline __m256d reduce4(const __m256d a[4]) {
 /// unchanged. (Shared by the AVX-512 kernels.)
 inline constexpr std::int64_t kPanelPrefetchMaxK = 2048;
 
+/// Where rows are longer, this table's FP8 kernels for one x row (e4m3_rows, e4m3_pair_rows) ask for
+/// the block this many bytes further along each row they read: they convert each code with a few
+/// operations more than the AVX-512 kernels, and the hardware prefetcher alone left the two cores
+/// short of memory speed. dsv32-bench-gemm's wo shape at M = 1 (7168 rows of 16384 codes, streamed),
+/// two cores of a Zen 5 host forced to AVX2, before -> after in alternating runs: exact 17.4-19.2 ->
+/// 19.8-21.7 GB/s, fast 20.4-22.5 -> 18.7-26.6. More x rows are bound by their FMAs: no hints.
+inline constexpr std::int64_t kLongRowAhead = 512;
+
 /// A hint for the two cache lines of the 128-byte block `offset` bytes from row: the address is
 /// formed as an integer, as it may lie past the matrix (after its last group), where the hint is
 /// dropped.
@@ -653,6 +661,84 @@ DSV32_TARGET_AVX2 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const dou
 
 /// Weight rows per group of mt x rows in e4m3_rows (MT x R <= 8 accumulators of 4 doubles).
 constexpr int e4m3_weight_rows(int mt) { return mt == 8 ? 1 : mt == 4 ? 2 : mt == 2 ? 4 : 8; }
+
+/// One x row in the order e4m3_row_blocks reads it (n values, a multiple of 32): in each 32 columns,
+/// vector 4 h + q (h < 2, q < 4) holds columns 8 h + 2 q and 8 h + 2 q + 1 in its low 128-bit lane
+/// and the two 16 columns further in its high lane.
+DSV32_TARGET_AVX2 inline void lane_pair_order(const double* x, std::int64_t n, double* out) {
+  for (std::int64_t c = 0; c < n; c += 32)
+    for (int v = 0; v < 8; ++v) {
+      const double* s = x + c + 8 * (v / 4) + 2 * (v % 4);
+      _mm256_storeu_pd(out + c + 4 * v, _mm256_loadu2_m128d(s + 16, s));
+    }
+}
+
+/// e4m3_blocks for one x row and 8 weight rows, x in lane_pair_order (xp: block kb0's first value).
+/// Where e4m3_blocks makes each 8 codes doubles from a broadcast load (an add, an and and a blend per
+/// 8 codes, at half the vector's width), this kernel takes 32 codes per load: c + c and c & 0x80 of
+/// all 32 at once, then two qword unpacks give each 128-bit lane the (c + c, c & 0x80) halves of one
+/// group of 8 codes — a lane's codes, not a broadcast's, so the two lanes serve different columns,
+/// hence x's order — and one byte shuffle per 4 codes moves each code's two bytes to the top of a
+/// double, as e4m3_doubles8 does: per 32 codes 1 load, 2 simple operations, 2 unpacks, 8 shuffles and
+/// 8 FMAs, against 4 broadcast loads, 12 simple operations, 8 shuffles and 8 FMAs. The block dots are
+/// exact either way, so the order of the additions does not change a bit; the rest is e4m3_blocks'.
+/// llvm-mca (LLVM 14), cycles per 8 codes of a row, this loop against e4m3_blocks<1, 8>: Zen 3 2.0
+/// against 3.0, Zen 2 2.1 against 2.7, Skylake 2.1 against 2.6. Measured on a Zen 5 host forced to
+/// AVX2 (whose 256-bit shuffles and FMAs share about 2.4 issue slots a cycle, so the saving is
+/// smaller there), 7168-column rows, the same bits: one core in L2 12.4-13.9 -> 14.3-17.3 G codes/s;
+/// two cores streaming 16384 rows (both with kLongRowAhead's hints) 17.4-19.0 -> 20.3-24.7. The loops
+/// over k and r are unrolled by request: GCC 12 otherwise interchanged them and kept the 16
+/// accumulators in memory (14.3-15.4 against 11.0-12.5 G codes/s in L2).
+DSV32_TARGET_AVX2 inline void e4m3_row_blocks(std::int64_t kb0, std::int64_t kb1, const double* xp, const float* xs,
+                                              const std::uint8_t* const* wr, const float* ws, int valid_rows,
+                                              float* out, std::int64_t ahead) {
+  constexpr int R = 8;
+  __m256i place[4];  // pattern q: qword j of each lane takes bytes 2 q + j (c + c) and 8 + 2 q + j (c & 0x80)
+  for (int q = 0; q < 4; ++q) {
+    auto word = [q](int j) {
+      return static_cast<long long>(0x0000808080808080ull | std::uint64_t(2 * q + j) << 48 |
+                                    std::uint64_t(8 + 2 * q + j) << 56);
+    };
+    place[q] = _mm256_setr_epi64x(word(0), word(1), word(0), word(1));
+  }
+  const __m256i sign = _mm256_set1_epi8(static_cast<char>(0x80));
+  alignas(16) float c[R];
+  for (int i = 0; i < R; ++i) c[i] = i < valid_rows ? out[i] : 0.0f;
+  __m128 cv[2] = {_mm_load_ps(c), _mm_load_ps(c + 4)};
+  for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+    if (ahead)
+      for (int r = 0; r < valid_rows; ++r) prefetch_block(wr[r], ahead + kb * 128);
+    const double* xb = xp + (kb - kb0) * 128;
+    __m256d acc[R][2];
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_pd();
+    DSV32_UNROLL_ALL
+    for (int k = 0; k < 128; k += 32)
+      DSV32_UNROLL_ALL
+      for (int r = 0; r < R; ++r) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wr[r] + kb * 128 + k));
+        const __m256i m = _mm256_add_epi8(v, v), s = _mm256_and_si256(v, sign);
+        // lane L of half h: (c + c, c & 0x80) of columns k + 16 L + 8 h .. + 7
+        const __m256i half[2] = {_mm256_unpacklo_epi64(m, s), _mm256_unpackhi_epi64(m, s)};
+        for (int h = 0; h < 2; ++h)
+          for (int q = 0; q < 4; ++q)
+            acc[r][h] = _mm256_fmadd_pd(_mm256_castsi256_pd(_mm256_shuffle_epi8(half[h], place[q])),
+                                        _mm256_loadu_pd(xb + k + 4 * (4 * h + q)), acc[r][h]);
+      }
+    __m256d sum[R];
+    for (int r = 0; r < R; ++r) sum[r] = _mm256_add_pd(acc[r][0], acc[r][1]);
+    const float scale = xs[kb] * ws[kb];
+    for (int v = 0; v < 2; ++v) {
+      // exact dots times 2^-504 -> exact dots -> f32, then times the scale product, then added
+      const __m256d d = _mm256_mul_pd(reduce4(sum + 4 * v), _mm256_set1_pd(0x1p504));
+      __m128 q = _mm_mul_ps(_mm256_cvtpd_ps(d), _mm_set1_ps(scale));
+      __asm__("" : "+x"(q));  // rounded, never fused into the addition
+      cv[v] = _mm_add_ps(cv[v], q);
+    }
+  }
+  _mm_store_ps(c, cv[0]);
+  _mm_store_ps(c + 4, cv[1]);
+  for (int i = 0; i < valid_rows; ++i) out[i] = c[i];
+}
 
 /// e4m3_pair_rows (the row order, gemm_ops.hpp) for MT x rows and R weight rows, MT * R <= 4. A
 /// block's 16 lanes are two 8-lane halves u: the lanes 8u + j of slot group g hold the column pairs
@@ -745,8 +831,9 @@ DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, 
       const int mt = left >= 4 ? 4 : left >= 2 ? 2 : 1, R = 4 / mt;
       const float* x = xf + m0 * ldf;
       const float* s = xs + m0 * ldxs;
-      // the first x-row group asks for the next 8 rows' blocks where rows are short
-      const std::int64_t ahead = m0 == 0 && ldw <= kPanelPrefetchMaxK ? 8 * ldw : 0;
+      // the first x-row group asks for the next 8 rows' blocks where rows are short; a single x
+      // row, for blocks further along its own rows where they are long
+      const std::int64_t ahead = m0 != 0 ? 0 : ldw <= kPanelPrefetchMaxK ? 8 * ldw : M == 1 ? kLongRowAhead : 0;
       for (int r0 = g0; r0 < g0 + 8 && r0 < rows; r0 += R) {
         const int valid = rows - r0 < R ? rows - r0 : R;
         const std::uint8_t* wr[4];
@@ -932,6 +1019,30 @@ DSV32_TARGET_AVX2 inline void e4m3_scaled_rows(int M, int n, std::int64_t K, con
 #define DSV32_TARGET_WIDTH DSV32_TARGET_AVX2  // the target of every function in gemm_x86-inl.hpp
 #include "dsv32/backend/cpu/simd/gemm_x86-inl.hpp"  // IWYU pragma: keep
 #undef DSV32_TARGET_WIDTH
+
+/// GemmOps::e4m3_rows: one x row (decode) in e4m3_row_blocks, x put in its order once per call (in
+/// this thread's scratch: at most 256 blocks, 256 KB), 8 weight rows at a time; more rows as
+/// E4m3RowsDriver takes them.
+DSV32_TARGET_AVX2 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd,
+                                        std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
+                                        std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) {
+  if (M != 1) {
+    E4m3RowsDriver<E4m3RowsKernel>::rows(M, rows, kb0, kb1, xd, ldx, xs, ldxs, w, ldw, ws, out, ldo, kPanelPrefetchMaxK);
+    return;
+  }
+  thread_local std::vector<double> scratch;
+  const std::int64_t n = 128 * (kb1 - kb0);
+  if (scratch.size() < static_cast<std::size_t>(n)) scratch.resize(static_cast<std::size_t>(n));
+  lane_pair_order(xd + 128 * kb0, n, scratch.data());
+  const std::int64_t ahead = ldw <= kPanelPrefetchMaxK ? 8 * ldw : kLongRowAhead;
+  for (int r0 = 0; r0 < rows; r0 += 8) {
+    const int valid = rows - r0 < 8 ? rows - r0 : 8;
+    const std::uint8_t* wr[8];
+    for (int r = 0; r < 8; ++r) wr[r] = w + (r0 + (r < valid ? r : 0)) * ldw;  // a stand-in row past the last
+    e4m3_row_blocks(kb0, kb1, scratch.data(), xs, wr, ws, valid, out + r0, ahead);
+  }
+}
+
 #include "dsv32/backend/cpu/simd/table_entries-inl.hpp"  // IWYU pragma: keep
 
 }  // namespace dsv32::cpu::simd::avx2

@@ -1601,6 +1601,14 @@ DSV32_TARGET_AVX512_AMX inline void e4m3_tiles_gemm(int rows, int cols, std::int
 #define DSV32_TARGET_WIDTH DSV32_TARGET_AVX512  // the target of every function in gemm_x86-inl.hpp
 #include "dsv32/backend/cpu/simd/gemm_x86-inl.hpp"  // IWYU pragma: keep
 #undef DSV32_TARGET_WIDTH
+
+/// GemmOps::e4m3_rows.
+DSV32_TARGET_AVX512 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd,
+                                          std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
+                                          std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) {
+  E4m3RowsDriver<E4m3RowsKernel>::rows(M, rows, kb0, kb1, xd, ldx, xs, ldxs, w, ldw, ws, out, ldo, kPanelPrefetchMaxK);
+}
+
 #include "dsv32/backend/cpu/simd/table_entries-inl.hpp"  // IWYU pragma: keep
 
 }  // namespace dsv32::cpu::simd::avx512

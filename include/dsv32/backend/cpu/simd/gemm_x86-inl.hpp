@@ -71,7 +71,8 @@ DSV32_TARGET_WIDTH inline void e4m3_scaled_cols(int M, std::int64_t D, std::int6
   kernels[M - 1](D, N, x, w, ldw, scale, out, ldo, next);
 }
 
-/// The ISA's block kernel for the shared loops of e4m3_rows (E4m3RowsDriver, rows_driver.hpp).
+/// The ISA's block kernel for the shared loops of e4m3_rows (E4m3RowsDriver, rows_driver.hpp; each
+/// includer defines e4m3_rows on it: the AVX2 one takes a single x row its own way).
 struct E4m3RowsKernel {
   template <int MT, int R>
   DSV32_TARGET_WIDTH static void blocks(std::int64_t kb0, std::int64_t kb1, const double* xd, std::int64_t ldx,
@@ -82,12 +83,5 @@ struct E4m3RowsKernel {
   }
   static constexpr int weight_rows(int mt) { return e4m3_weight_rows(mt); }
 };
-
-/// GemmOps::e4m3_rows.
-DSV32_TARGET_WIDTH inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd,
-                                         std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
-                                         std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) {
-  E4m3RowsDriver<E4m3RowsKernel>::rows(M, rows, kb0, kb1, xd, ldx, xs, ldxs, w, ldw, ws, out, ldo, kPanelPrefetchMaxK);
-}
 
 #endif  // DSV32_CPU_X86
