@@ -686,7 +686,8 @@ DSV32_TARGET_AVX2 inline void lane_pair_order(const double* x, std::int64_t n, d
 /// against 3.0, Zen 2 2.1 against 2.7, Skylake 2.1 against 2.6. Measured on a Zen 5 host forced to
 /// AVX2 (whose 256-bit shuffles and FMAs share about 2.4 issue slots a cycle, so the saving is
 /// smaller there), 7168-column rows, the same bits: one core in L2 12.4-13.9 -> 14.3-17.3 G codes/s;
-/// two cores streaming 16384 rows (both with kLongRowAhead's hints) 17.4-19.0 -> 20.3-24.7. The loops
+/// two cores streaming 16384 rows (this kernel with kLongRowAhead's hints, the other without)
+/// 17.4-19.0 -> 20.3-24.7. The loops
 /// over k and r are unrolled by request: GCC 12 otherwise interchanged them and kept the 16
 /// accumulators in memory (14.3-15.4 against 11.0-12.5 G codes/s in L2).
 DSV32_TARGET_AVX2 inline void e4m3_row_blocks(std::int64_t kb0, std::int64_t kb1, const double* xp, const float* xs,
