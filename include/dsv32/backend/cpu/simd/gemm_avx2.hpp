@@ -587,11 +587,11 @@ DSV32_TARGET_AVX2 inline __m256d reduce4(const __m256d a[4]) {
 inline constexpr std::int64_t kPanelPrefetchMaxK = 2048;
 
 /// Where rows are longer, this table's FP8 kernels for one x row (e4m3_rows, e4m3_pair_rows) ask for
-/// the block this many bytes further along each row they read: they convert each code with a few
-/// operations more than the AVX-512 kernels, and the hardware prefetcher alone left the two cores
-/// short of memory speed. dsv32-bench-gemm's wo shape at M = 1 (7168 rows of 16384 codes, streamed),
-/// two cores of a Zen 5 host forced to AVX2, before -> after in alternating runs: exact 17.4-19.2 ->
-/// 19.8-21.7 GB/s, fast 20.4-22.5 -> 18.7-26.6. More x rows are bound by their FMAs: no hints.
+/// the block this many bytes further along each row they read: the hardware prefetcher alone left
+/// the two cores short of memory speed. dsv32-bench-gemm's wo shape at M = 1 (7168 rows of 16384
+/// codes, streamed), two cores of a Zen 5 host forced to AVX2, before -> after in alternating runs:
+/// exact 17.4-19.2 -> 19.8-21.7 GB/s, fast 20.4-22.5 -> 18.7-26.6. More x rows are bound by their
+/// FMAs: no hints there (the batch-8 step measured no better with them).
 inline constexpr std::int64_t kLongRowAhead = 512;
 
 /// A hint for the two cache lines of the 128-byte block `offset` bytes from row: the address is
@@ -687,9 +687,9 @@ DSV32_TARGET_AVX2 inline void lane_pair_order(const double* x, std::int64_t n, d
 /// AVX2 (whose 256-bit shuffles and FMAs share about 2.4 issue slots a cycle, so the saving is
 /// smaller there), 7168-column rows, the same bits: one core in L2 12.4-13.9 -> 14.3-17.3 G codes/s;
 /// two cores streaming 16384 rows (this kernel with kLongRowAhead's hints, the other without)
-/// 17.4-19.0 -> 20.3-24.7. The loops
-/// over k and r are unrolled by request: GCC 12 otherwise interchanged them and kept the 16
-/// accumulators in memory (14.3-15.4 against 11.0-12.5 G codes/s in L2).
+/// 17.4-19.0 -> 20.3-24.7. The loops over k and r are unrolled by request: GCC 12 otherwise
+/// interchanged them and kept the 16 accumulators in memory (14.3-15.4 against 11.0-12.5 G codes/s in
+/// L2).
 DSV32_TARGET_AVX2 inline void e4m3_row_blocks(std::int64_t kb0, std::int64_t kb1, const double* xp, const float* xs,
                                               const std::uint8_t* const* wr, const float* ws, int valid_rows,
                                               float* out, std::int64_t ahead) {
@@ -1022,8 +1022,8 @@ DSV32_TARGET_AVX2 inline void e4m3_scaled_rows(int M, int n, std::int64_t K, con
 #undef DSV32_TARGET_WIDTH
 
 /// GemmOps::e4m3_rows: one x row (decode) in e4m3_row_blocks, x put in its order once per call (in
-/// this thread's scratch: at most 256 blocks, 256 KB), 8 weight rows at a time; more rows as
-/// E4m3RowsDriver takes them.
+/// this thread's scratch: 1 KB per block of [kb0, kb1), at most 256 blocks as gemm.hpp calls it), 8
+/// weight rows at a time; more x rows as E4m3RowsDriver takes them.
 DSV32_TARGET_AVX2 inline void e4m3_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1, const double* xd,
                                         std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
                                         std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) {
