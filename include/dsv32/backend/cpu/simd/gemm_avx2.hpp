@@ -746,17 +746,23 @@ DSV32_TARGET_AVX2 inline void e4m3_row_blocks(std::int64_t kb0, std::int64_t kb1
 /// 32 (g / 2) + 16 u + 4 (g % 2) + j % 4 + 8 (j / 4), i.e. the 8-byte pieces at 64 (g / 2) + 32 u +
 /// 8 (g % 2) and 16 bytes further: the low and the high 8 bytes of the 128-bit lanes of the 32
 /// bytes at 64 (g / 2) + 32 u, so one load serves two slot groups, each dealt to dwords by one word
-/// unpack. Each code becomes f32 by shifting it to bits 20..27 (its sign to 31) and scaling by
-/// 2^120 (exact, E4M3's subnormal codes included); each pair adds its odd column's product, then its
+/// unpack. Each code is shifted to bits 20..27 (its sign to 31) and masked: the f32 of its value
+/// times 2^-120, exactly (an f32 subnormal for E4M3's subnormal codes). x comes times 2^119 (<= 480
+/// x 2^119 < 2^128), so each FMA adds the exact product / 2, and the block's dot is the sum times 2:
+/// the same bits as without the powers of two, which commute with every rounding (the sums are
+/// multiples of 2^-19, far from f32's subnormals). Each pair adds its odd column's product, then its
 /// even one's (FMAs of exact products), as VDPBF16PS does. x comes as f32 values in slot order, the
-/// odd columns' (xf) and the even columns' (xf + 64) of each block 128 apart, rows ldx apart.
+/// odd columns' (xf) and the even columns' (xf + 64) of each block 128 apart, rows ldx apart. Taking
+/// the 2^120 into x saves the two multiplies per 16 codes that scaled the codes (one Zen 5 core
+/// forced to AVX2, one x row, 7168-column rows in L2, the same bits: 17.8-18.0 -> 21.1-21.3 G
+/// codes/s); it also keeps subnormal codes off the multiplier, which takes ~10x longer on them on
+/// that core (uniformly random codes, 1/16 of them subnormal: 8.4-10.1 -> 20.4-20.6).
 template <int MT, int R>
 DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const float* xf, std::int64_t ldx,
                                        const float* xs, std::int64_t ldxs, const std::uint8_t* const* wr,
                                        const float* ws, int valid, float* out, std::int64_t ldo, std::int64_t ahead) {
   static_assert(MT * R <= 4);
   const __m256i code_bits = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
-  const __m256 unbias = _mm256_set1_ps(0x1p120f);
   float c[MT * R];
   for (int i = 0; i < MT * R; ++i) c[i] = i % R < valid ? out[(i / R) * ldo + i % R] : 0.0f;
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
@@ -776,10 +782,8 @@ DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const
           for (int r = 0; r < R; ++r) {
             // dword j: pair j's code word twice, odd << 24 | even << 16 | odd << 8 | even
             const __m256i d = h == 0 ? _mm256_unpacklo_epi16(v[r], v[r]) : _mm256_unpackhi_epi16(v[r], v[r]);
-            const __m256i e = _mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(d, 8), 4), code_bits);
-            const __m256i o = _mm256_and_si256(_mm256_srai_epi32(d, 4), code_bits);
-            we[r] = _mm256_mul_ps(_mm256_castsi256_ps(e), unbias);
-            wo[r] = _mm256_mul_ps(_mm256_castsi256_ps(o), unbias);
+            we[r] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(_mm256_slli_epi32(d, 8), 4), code_bits));
+            wo[r] = _mm256_castsi256_ps(_mm256_and_si256(_mm256_srai_epi32(d, 4), code_bits));
           }
           for (int m = 0; m < MT; ++m) {
             const float* xm = xb + m * ldx + 16 * g + 8 * u;
@@ -794,7 +798,7 @@ DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const
       const __m256 h8 = _mm256_add_ps(acc[i][0], acc[i][1]);  // l[i] + l[i + 8]
       const __m128 h4 = _mm_add_ps(_mm256_castps256_ps128(h8), _mm256_extractf128_ps(h8, 1));
       const __m128 h2 = _mm_add_ps(h4, _mm_movehl_ps(h4, h4));  // h4[0] + h4[2], h4[1] + h4[3]
-      const float dot = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2)));
+      const float dot = _mm_cvtss_f32(_mm_add_ss(h2, _mm_movehdup_ps(h2))) * 2.0f;  // (exact)
       float p = dot * (xs[(i / R) * ldxs + kb] * ws[kb]);
       __asm__("" : "+x"(p));  // rounded, never fused into the addition
       c[i] += p;
@@ -804,11 +808,12 @@ DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const
     if (i % R < valid) out[(i / R) * ldo + i % R] = c[i];
 }
 
-/// GemmOps::e4m3_pair_rows: x's pairs of blocks [kb0, kb1) made f32 once per call (odd and even
-/// columns apart, in this thread's scratch: at most 8 x 256 blocks' 128 KB, as the caller passes
-/// them), where each x-row group used to widen them per slot group and weight-row group (one Zen 5
-/// core forced to AVX2, 7168-column rows in L2: 4 x rows 6.1 -> 7.9 G codes/s, 2 rows 11.0 -> 12.5);
-/// then 8 weight rows at a time, each against every x-row group (in cache after the first).
+/// GemmOps::e4m3_pair_rows: x's pairs of blocks [kb0, kb1) made f32 times 2^119 (see
+/// e4m3_pair_group) once per call (odd and even columns apart, in this thread's scratch: at most 8 x
+/// 256 blocks' 128 KB, as the caller passes them), where each x-row group used to widen them per
+/// slot group and weight-row group (one Zen 5 core forced to AVX2, 7168-column rows in L2: 4 x rows
+/// 6.1 -> 7.9 G codes/s, 2 rows 11.0 -> 12.5); then 8 weight rows at a time, each against every
+/// x-row group (in cache after the first).
 DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
                                              const std::uint32_t* xp, std::int64_t ldx, const float* xs,
                                              std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
@@ -818,13 +823,14 @@ DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, 
   if (scratch.size() < static_cast<std::size_t>(M * ldf)) scratch.resize(static_cast<std::size_t>(M * ldf));
   float* xf = scratch.data();
   const __m256i hi_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256 bias = _mm256_set1_ps(0x1p119f);
   for (int m = 0; m < M; ++m)
     for (std::int64_t b = 0; b < blocks; ++b)
       for (int s = 0; s < 64; s += 8) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + m * ldx + (kb0 + b) * 64 + s));
         float* f = xf + m * ldf + b * 128 + s;
-        _mm256_storeu_ps(f, _mm256_castsi256_ps(_mm256_and_si256(v, hi_half)));
-        _mm256_storeu_ps(f + 64, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+        _mm256_storeu_ps(f, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi_half)), bias));
+        _mm256_storeu_ps(f + 64, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), bias));
       }
   for (int g0 = 0; g0 < rows; g0 += 8) {
     for (int m0 = 0; m0 < M;) {
@@ -849,28 +855,27 @@ DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, 
   }
 }
 
-/// The low 8 bytes of `codes` as the exact f32 values of E4M3 codes (0x7F / 0xFF as +-480): each
-/// code sign-extended, shifted to bits 20..27 and masked with code_bits (its sign at bit 31), times
-/// unbias (2^120).
-DSV32_TARGET_AVX2 __attribute__((always_inline)) inline __m256 widen_codes8(__m128i codes, __m256i code_bits,
-                                                                           __m256 unbias) {
+/// The low 8 bytes of `codes` as the f32 values of E4M3 codes (0x7F / 0xFF as +-480) times 2^-120,
+/// exactly, as in e4m3_pair_group: each code sign-extended, shifted to bits 20..27 and masked with
+/// code_bits (its sign at bit 31).
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline __m256 widen_codes8(__m128i codes, __m256i code_bits) {
   const __m256i d = _mm256_cvtepi8_epi32(codes);
-  return _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d, 20), code_bits)), unbias);
+  return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(d, 20), code_bits));
 }
 
 /// e4m3_panel_rows (the panel order, gemm_ops.hpp) for MT x rows against 8 weight rows, lanes
 /// running over the weight rows: per 8 columns, 8 bytes of each row are transposed by three levels
 /// of unpacks (8, 16, 32 bits) into columns of 8 codes, each sign-extended to dwords and made f32 as
-/// in e4m3_pair_group; per column pair the odd column's products, then the even one's, are added
-/// (FMAs of exact products) into one accumulator per x row, the x values broadcast from xo / xe
-/// (x row m's odd and even columns of the chunk as f32, ldxf apart). Per block each accumulator is
-/// scaled and added to out. Arguments start at the first block; out's rows masked to `valid`.
+/// in e4m3_pair_group (times 2^-120); per column pair the odd column's products, then the even
+/// one's, are added (FMAs of exact products) into one accumulator per x row, the x values broadcast
+/// from xo / xe (x row m's odd and even columns of the chunk as f32 times 2^119, ldxf apart). Per
+/// block each accumulator is doubled (exact), scaled and added to out. Arguments start at the first
+/// block; out's rows masked to `valid`.
 template <int MT>
 DSV32_TARGET_AVX2 void e4m3_panel8(std::int64_t blocks, const float* xo, const float* xe, std::int64_t ldxf,
                                    const float* xs, std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
                                    const float* ws, int valid, float* out, std::int64_t ldo) {
   const __m256i code_bits = _mm256_set1_epi32(static_cast<int>(0x87F00000u));
-  const __m256 unbias = _mm256_set1_ps(0x1p120f);
   const __m256i lanes = _mm256_cmpgt_epi32(_mm256_set1_epi32(valid), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
   const bool ahead = valid == 8 && ldw <= kPanelPrefetchMaxK;  // the next 8 rows' blocks (not on the padded tile)
   for (std::int64_t kb = 0; kb < blocks; ++kb) {
@@ -884,8 +889,8 @@ DSV32_TARGET_AVX2 void e4m3_panel8(std::int64_t blocks, const float* xo, const f
       for (int j = 0; j < 8; ++j) r[j] = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p + j * ldw));
       transpose_bytes8x8(r, col);  // col[q]: columns c0 + 2q and c0 + 2q + 1
       for (int q = 0; q < 4; ++q) {
-        const __m256 even = widen_codes8(col[q], code_bits, unbias);
-        const __m256 odd = widen_codes8(_mm_unpackhi_epi64(col[q], col[q]), code_bits, unbias);
+        const __m256 even = widen_codes8(col[q], code_bits);
+        const __m256 odd = widen_codes8(_mm_unpackhi_epi64(col[q], col[q]), code_bits);
         const std::int64_t at = kb * 64 + c0 / 2 + q;
         for (int m = 0; m < MT; ++m) {
           acc[m] = _mm256_fmadd_ps(odd, _mm256_broadcast_ss(xo + m * ldxf + at), acc[m]);
@@ -894,15 +899,16 @@ DSV32_TARGET_AVX2 void e4m3_panel8(std::int64_t blocks, const float* xo, const f
       }
     }
     for (int m = 0; m < MT; ++m) {
-      const __m256 scaled = opaque(_mm256_mul_ps(acc[m], _mm256_set1_ps(xs[m * ldxs + kb] * ws[kb])));
+      const __m256 dots = _mm256_add_ps(acc[m], acc[m]);  // (exact: x came times 2^119, the codes times 2^-120)
+      const __m256 scaled = opaque(_mm256_mul_ps(dots, _mm256_set1_ps(xs[m * ldxs + kb] * ws[kb])));
       _mm256_maskstore_ps(out + m * ldo, lanes, _mm256_add_ps(_mm256_maskload_ps(out + m * ldo, lanes), scaled));
     }
   }
 }
 
-/// GemmOps::e4m3_panel_rows: x converted to f32 (odd and even columns apart) 8 blocks at a time,
-/// then 8 weight rows at a time against all M x rows at once (one kernel per M), a last partial
-/// group copied per block into a zero-padded 8 x 128 tile.
+/// GemmOps::e4m3_panel_rows: x converted to f32 times 2^119 (odd and even columns apart) 8 blocks
+/// at a time, then 8 weight rows at a time against all M x rows at once (one kernel per M), a last
+/// partial group copied per block into a zero-padded 8 x 128 tile.
 DSV32_TARGET_AVX2 inline void e4m3_panel_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
                                               const std::uint32_t* xp, std::int64_t ldx, const float* xs,
                                               std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
@@ -915,13 +921,14 @@ DSV32_TARGET_AVX2 inline void e4m3_panel_rows(int M, int rows, std::int64_t kb0,
   constexpr std::int64_t kChunk = 8, ldxf = 64 * kChunk;
   alignas(32) float xo[8 * ldxf], xe[8 * ldxf];
   const __m256i hi_half = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  const __m256 bias = _mm256_set1_ps(0x1p119f);
   for (std::int64_t c0 = kb0; c0 < kb1; c0 += kChunk) {
     const std::int64_t blocks = kb1 - c0 < kChunk ? kb1 - c0 : kChunk;
     for (int m = 0; m < M; ++m)
       for (std::int64_t i = 0; i < 64 * blocks; i += 8) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xp + m * ldx + 64 * c0 + i));
-        _mm256_store_ps(xo + m * ldxf + i, _mm256_castsi256_ps(_mm256_and_si256(v, hi_half)));
-        _mm256_store_ps(xe + m * ldxf + i, _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)));
+        _mm256_store_ps(xo + m * ldxf + i, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_and_si256(v, hi_half)), bias));
+        _mm256_store_ps(xe + m * ldxf + i, _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(v, 16)), bias));
       }
     for (int g0 = 0; g0 < rows; g0 += 8) {
       const int valid = rows - g0 < 8 ? rows - g0 : 8;

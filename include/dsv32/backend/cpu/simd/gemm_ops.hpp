@@ -179,9 +179,9 @@ struct GemmOps {
 
   /// The small-M fast FP8 product (the row order of the file comment), weight rows streamed once:
   /// for m < M (<= 8), r < rows and blocks kb in [kb0, kb1): out[m][r] += f32(dot_kb(x[m], w[r])) *
-  /// (xs[m][kb] * ws[kb]). x is given as bf16 pairs in slot order (xp[m][64 kb + s] holds column
-  /// pair row_order_pair(s) of block kb: bf16 of the even column in the low half), rows ldx dwords
-  /// apart; the rest as e4m3_rows.
+  /// (xs[m][kb] * ws[kb]). x's E4M3 values are given as bf16 pairs in slot order (xp[m][64 kb + s]
+  /// holds column pair row_order_pair(s) of block kb: bf16 of the even column in the low half), rows
+  /// ldx dwords apart; the rest as e4m3_rows.
   void (*e4m3_pair_rows)(int M, int rows, std::int64_t kb0, std::int64_t kb1, const std::uint32_t* xp,
                          std::int64_t ldx, const float* xs, std::int64_t ldxs, const std::uint8_t* w,
                          std::int64_t ldw, const float* ws, float* out, std::int64_t ldo) = nullptr;
