@@ -575,6 +575,17 @@ DSV32_TARGET_AVX2 inline __m256d reduce4(const __m256d a[4]) {
   return _mm256_add_pd(_mm256_permute2f128_pd(h01, h23, 0x20), _mm256_permute2f128_pd(h01, h23, 0x31));
 }
 
+/// The exact FP8 kernels' block epilogue for four outputs: the lane sums of a[0..3] (exact block dots
+/// times 2^-504) made exact dots, rounded to f32, times their scale products (`scales`), rounded
+/// again, never fused into the addition, then added to c.
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline __m128 add_block_dots(const __m256d a[4], __m128 scales,
+                                                                             __m128 c) {
+  const __m256d d = _mm256_mul_pd(reduce4(a), _mm256_set1_pd(0x1p504));
+  __m128 q = _mm_mul_ps(_mm256_cvtpd_ps(d), scales);
+  __asm__("" : "+x"(q));
+  return _mm_add_ps(c, q);
+}
+
 /// The small-M FP8 kernels ask for each weight block one group of rows ahead (the 8 or 16 rows
 /// after those they read) where rows are short (ldw <= kPanelPrefetchMaxK columns): a group then
 /// spans a few KB per row, too short for the hardware prefetcher's streams to get going. On one
@@ -642,16 +653,12 @@ DSV32_TARGET_AVX2 void e4m3_blocks(std::int64_t kb0, std::int64_t kb1, const dou
       }
     }
     for (int v = 0; v < V; ++v) {
-      // exact dots times 2^-504 -> exact dots -> f32, then times the scale product, then added
-      const __m256d d = _mm256_mul_pd(reduce4(acc + 4 * v), _mm256_set1_pd(0x1p504));
       float s[4];
       for (int i = 0; i < 4; ++i) {
         const int m = (4 * v + i) / R;
         s[i] = m < MT ? xs[m * ldxs + kb] * ws[kb] : 0.0f;
       }
-      __m128 q = _mm_mul_ps(_mm256_cvtpd_ps(d), _mm_setr_ps(s[0], s[1], s[2], s[3]));
-      __asm__("" : "+x"(q));  // rounded, never fused into the addition
-      cv[v] = _mm_add_ps(cv[v], q);
+      cv[v] = add_block_dots(acc + 4 * v, _mm_setr_ps(s[0], s[1], s[2], s[3]), cv[v]);
     }
   }
   for (int v = 0; v < V; ++v) _mm_store_ps(c + 4 * v, cv[v]);
@@ -727,14 +734,8 @@ DSV32_TARGET_AVX2 inline void e4m3_row_blocks(std::int64_t kb0, std::int64_t kb1
       }
     __m256d sum[R];
     for (int r = 0; r < R; ++r) sum[r] = _mm256_add_pd(acc[r][0], acc[r][1]);
-    const float scale = xs[kb] * ws[kb];
-    for (int v = 0; v < 2; ++v) {
-      // exact dots times 2^-504 -> exact dots -> f32, then times the scale product, then added
-      const __m256d d = _mm256_mul_pd(reduce4(sum + 4 * v), _mm256_set1_pd(0x1p504));
-      __m128 q = _mm_mul_ps(_mm256_cvtpd_ps(d), _mm_set1_ps(scale));
-      __asm__("" : "+x"(q));  // rounded, never fused into the addition
-      cv[v] = _mm_add_ps(cv[v], q);
-    }
+    const __m128 scale = _mm_set1_ps(xs[kb] * ws[kb]);
+    for (int v = 0; v < 2; ++v) cv[v] = add_block_dots(sum + 4 * v, scale, cv[v]);
   }
   _mm_store_ps(c, cv[0]);
   _mm_store_ps(c + 4, cv[1]);
