@@ -947,45 +947,71 @@ DSV32_TARGET_AVX2 inline void e4m3_panel_rows(int M, int rows, std::int64_t kb0,
   }
 }
 
+/// e4m3_scaled_cols_mt's pass over kNv vectors of 8 columns from j0 (kFull: all 8 x kNv of them
+/// inside the N columns, read by fixed 8-byte loads; otherwise `cnt` columns of each, by load_row).
+/// The codes become f16 of value x 2^-8 (load_row<2>'s way) and are multiplied by the block's scale
+/// times 256 (exact: e4m3_scale_exact), so each weight is its dequantized value, as the AVX-512
+/// kernel's. The full pass keeps its accumulators in registers; with the columns' counts known only
+/// at run time GCC kept them in memory (one x row, one layer's absorb at one token, two threads:
+/// see e4m3_scaled_cols_mt).
+template <int MT, int kNv, bool kFull>
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void scaled_cols_pass(
+    std::int64_t D, std::int64_t N, std::int64_t j0, const float* x, const std::uint8_t* w, std::int64_t ldw,
+    const float* scale, float* out, std::int64_t ldo, const std::uint8_t* next, std::int64_t& ahead) {
+  const std::int64_t ahead_end = next ? D * ldw : 0;
+  const __m128i keep = _mm_set1_epi16(static_cast<short>(0xBF80));
+  int cnt[kNv];
+  __m256 s[kNv];
+  for (int v = 0; v < kNv; ++v) {
+    const std::int64_t j = j0 + 8 * v;
+    cnt[v] = kFull ? 8 : static_cast<int>(std::clamp<std::int64_t>(N - j, 0, 8));
+    s[v] = _mm256_set1_ps(cnt[v] > 0 ? scale[j / 128] * (kFull ? 256.0f : 1.0f) : 0.0f);  // load_row scales by 256
+  }
+  __m256 acc[MT][kNv];
+  for (int m = 0; m < MT; ++m)
+    for (int v = 0; v < kNv; ++v) acc[m][v] = _mm256_setzero_ps();
+  const std::uint8_t* wr = w + j0;
+  for (std::int64_t d = 0; d < D; ++d, wr += ldw) {
+    if (ahead < ahead_end) _mm_prefetch(reinterpret_cast<const char*>(next + ahead), _MM_HINT_T0), ahead += 64;
+    __m256 wv[kNv];
+    for (int v = 0; v < kNv; ++v) {
+      if (kFull) {
+        const __m128i c = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wr + 8 * v)));
+        wv[v] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(c, 7), keep)), s[v]);
+      } else {
+        wv[v] = cnt[v] > 0 ? _mm256_mul_ps(load_row<2>(wr + 8 * v, 0, 0, 0, cnt[v]), s[v]) : _mm256_setzero_ps();
+      }
+    }
+    for (int m = 0; m < MT; ++m) {
+      const __m256 xm = _mm256_set1_ps(x[d * MT + m]);
+      for (int v = 0; v < kNv; ++v) acc[m][v] = _mm256_fmadd_ps(wv[v], xm, acc[m][v]);
+    }
+  }
+  for (int m = 0; m < MT; ++m)
+    for (int v = 0; v < kNv; ++v) {
+      if (kFull) {
+        _mm256_storeu_ps(out + m * ldo + j0 + 8 * v, acc[m][v]);
+      } else {
+        alignas(32) float tmp[8];
+        _mm256_store_ps(tmp, acc[m][v]);
+        std::copy(tmp, tmp + cnt[v], out + m * ldo + j0 + 8 * v);
+      }
+    }
+}
+
 /// GemmOps::e4m3_scaled_cols for MT x rows: the AVX-512 kernel's arithmetic on 8-lane vectors, NV
 /// vectors of 8 columns at a time (at most 8 accumulators), each row's codes widened exactly and
-/// times their column block's scale (exact: e4m3_scale_exact), one FMA per product.
+/// times their column block's scale (exact: e4m3_scale_exact), one FMA per product; the last
+/// partial pass by the general form of scaled_cols_pass.
 template <int MT>
 DSV32_TARGET_AVX2 void e4m3_scaled_cols_mt(std::int64_t D, std::int64_t N, const float* x, const std::uint8_t* w,
                                            std::int64_t ldw, const float* scale, float* out, std::int64_t ldo,
                                            const std::uint8_t* next) {
   constexpr int NV = MT > 4 ? 1 : MT > 2 ? 2 : 4;
-  std::int64_t ahead = 0;
-  const std::int64_t ahead_end = next ? D * ldw : 0;
-  for (std::int64_t j0 = 0; j0 < N; j0 += 8 * NV) {
-    int cnt[NV];
-    __m256 s[NV];
-    for (int v = 0; v < NV; ++v) {
-      const std::int64_t j = j0 + 8 * v;
-      cnt[v] = static_cast<int>(std::clamp<std::int64_t>(N - j, 0, 8));
-      s[v] = _mm256_set1_ps(cnt[v] > 0 ? scale[j / 128] : 0.0f);
-    }
-    __m256 acc[MT][NV];
-    for (int m = 0; m < MT; ++m)
-      for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_setzero_ps();
-    const std::uint8_t* wr = w + j0;
-    for (std::int64_t d = 0; d < D; ++d, wr += ldw) {
-      if (ahead < ahead_end) _mm_prefetch(reinterpret_cast<const char*>(next + ahead), _MM_HINT_T0), ahead += 64;
-      __m256 wv[NV];
-      for (int v = 0; v < NV; ++v)
-        wv[v] = cnt[v] > 0 ? _mm256_mul_ps(load_row<2>(wr + 8 * v, 0, 0, 0, cnt[v]), s[v]) : _mm256_setzero_ps();
-      for (int m = 0; m < MT; ++m) {
-        const __m256 xm = _mm256_set1_ps(x[d * MT + m]);
-        for (int v = 0; v < NV; ++v) acc[m][v] = _mm256_fmadd_ps(wv[v], xm, acc[m][v]);
-      }
-    }
-    for (int m = 0; m < MT; ++m)
-      for (int v = 0; v < NV; ++v) {
-        alignas(32) float tmp[8];
-        _mm256_store_ps(tmp, acc[m][v]);
-        std::copy(tmp, tmp + cnt[v], out + m * ldo + j0 + 8 * v);
-      }
-  }
+  std::int64_t ahead = 0, j0 = 0;
+  for (; j0 + 8 * NV <= N; j0 += 8 * NV)
+    scaled_cols_pass<MT, NV, true>(D, N, j0, x, w, ldw, scale, out, ldo, next, ahead);
+  if (j0 < N) scaled_cols_pass<MT, NV, false>(D, N, j0, x, w, ldw, scale, out, ldo, next, ahead);
 }
 
 /// GemmOps::e4m3_scaled_rows for MT x rows and n <= 8 weight rows (lanes over the rows): per 8
