@@ -130,11 +130,12 @@ TEST_CASE("cpu::plan_fp8: the documented rules, case by case") {
   CHECK(cpu::plan_fp8({Isa::avx2, true, true, false}, kExact, 3) == Fp8Path::rows_f64);
 }
 
-TEST_CASE("cpu::plan_latent: codes as stored on the SIMD levels up to 8 tokens (absorb_query on AVX2: 4)") {
+TEST_CASE("cpu::plan_latent: codes as stored on the SIMD levels up to 8 tokens") {
   CHECK(cpu::plan_latent(kPortable, false, 1, 512) == LatentPath::dequantized);
   CHECK(cpu::plan_latent(kPortable, true, 1, 512) == LatentPath::dequantized);
   CHECK(cpu::plan_latent(kAvx2, false, 4, 512) == LatentPath::scaled_codes);
-  CHECK(cpu::plan_latent(kAvx2, false, 5, 512) == LatentPath::dequantized);
+  CHECK(cpu::plan_latent(kAvx2, false, 8, 512) == LatentPath::scaled_codes);
+  CHECK(cpu::plan_latent(kAvx2, false, 9, 512) == LatentPath::dequantized);
   CHECK(cpu::plan_latent(kAvx2, true, 8, 512) == LatentPath::scaled_codes);
   CHECK(cpu::plan_latent(kAvx2, true, 8, 500) == LatentPath::dequantized);
   CHECK(cpu::plan_latent(kIceLake, false, 8, 512) == LatentPath::scaled_codes);

@@ -126,13 +126,13 @@ constexpr Fp8Path plan_fp8(CpuFeatures f, Fp8Accumulation mode, std::int64_t row
 
 /// \brief The path of absorb_query (`project = false`) or project_values (`project = true`) for
 ///        `tokens` tokens and latent width `latent` (kv_lora_rank): the codes read as stored on the
-///        SIMD levels up to 8 tokens (absorb_query on AVX2: up to 4, where its 16 registers hold one
-///        vector of columns a pass and dequantizing wins — forced to AVX2 on a Granite Rapids host,
-///        absorb_query at 8 tokens: 2.33 against 2.88 ms), project_values with latent % 128 == 0.
+///        SIMD levels up to 8 tokens (on AVX2 too: a Zen 5 host forced to it, 128 heads of the 671B
+///        dims, two threads, absorb_query at 5 / 8 tokens: 1.13-1.14 / 1.56-1.63 ms against 2.16-2.32 /
+///        2.31-2.41 dequantizing), project_values with latent % 128 == 0.
 constexpr LatentPath plan_latent(CpuFeatures f, bool project, std::int64_t tokens, std::int64_t latent) noexcept {
   if (f.isa < Isa::avx2 || tokens > 8) return LatentPath::dequantized;
   if (project) return latent % 128 == 0 ? LatentPath::scaled_codes : LatentPath::dequantized;
-  return tokens <= (f.isa == Isa::avx2 ? 4 : 8) ? LatentPath::scaled_codes : LatentPath::dequantized;
+  return LatentPath::scaled_codes;
 }
 
 /// \brief The name of a path (for tests and benchmark output).
