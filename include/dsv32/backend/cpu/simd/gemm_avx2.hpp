@@ -66,6 +66,14 @@ DSV32_TARGET_AVX2 inline void transpose8(__m256 r[8]) {
   }
 }
 
+/// The low 8 bytes of `codes` (E4M3; 0x7F / 0xFF as +-480) as f32 values times 2^-8, exactly: each
+/// code's 7 low bits under an f16's exponent and its sign on top (normals and subnormals alike),
+/// widened by F16C.
+DSV32_TARGET_AVX2 __attribute__((always_inline)) inline __m256 e4m3_f16_values8(__m128i codes) {
+  const __m128i s = _mm_cvtepi8_epi16(codes);
+  return _mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(s, 7), _mm_set1_epi16(static_cast<short>(0xBF80))));
+}
+
 /// 8 columns of one weight row as f32 (cnt < 8: the rest zero).
 template <int Kind>  // 0 bf16, 1 f32, 2 e4m3
 DSV32_TARGET_AVX2 inline __m256 load_row(const void* w, std::int64_t ldw, int row, int k0, int cnt) {
@@ -90,9 +98,7 @@ DSV32_TARGET_AVX2 inline __m256 load_row(const void* w, std::int64_t ldw, int ro
     const std::uint8_t* p = static_cast<const std::uint8_t*>(w) + row * ldw + k0;
     std::int64_t bits = 0;
     std::memcpy(&bits, p, static_cast<std::size_t>(cnt));
-    const __m128i s = _mm_cvtepi8_epi16(_mm_cvtsi64_si128(bits));
-    const __m128i h = _mm_and_si128(_mm_slli_epi16(s, 7), _mm_set1_epi16(static_cast<short>(0xBF80)));
-    return _mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(256.0f));
+    return _mm256_mul_ps(e4m3_f16_values8(_mm_cvtsi64_si128(bits)), _mm256_set1_ps(256.0f));
   }
 }
 
@@ -949,7 +955,7 @@ DSV32_TARGET_AVX2 inline void e4m3_panel_rows(int M, int rows, std::int64_t kb0,
 
 /// e4m3_scaled_cols_mt's pass over kNv vectors of 8 columns from j0 (kFull: all 8 x kNv of them
 /// inside the N columns, read by fixed 8-byte loads; otherwise `cnt` columns of each, by load_row).
-/// The codes become f16 of value x 2^-8 (load_row<2>'s way) and are multiplied by the block's scale
+/// The codes become f32 of value x 2^-8 (e4m3_f16_values8) and are multiplied by the block's scale
 /// times 256 (exact: e4m3_scale_exact), so each weight is its dequantized value, as the AVX-512
 /// kernel's. The full pass keeps its accumulators in registers; with the columns' counts known only
 /// at run time GCC kept them in memory and copied the codes through the stack (one Zen 5 core forced
@@ -960,7 +966,6 @@ DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void scaled_cols_pass(
     std::int64_t D, std::int64_t N, std::int64_t j0, const float* x, const std::uint8_t* w, std::int64_t ldw,
     const float* scale, float* out, std::int64_t ldo, const std::uint8_t* next, std::int64_t& ahead) {
   const std::int64_t ahead_end = next ? D * ldw : 0;
-  const __m128i keep = _mm_set1_epi16(static_cast<short>(0xBF80));
   int cnt[kNv];
   __m256 s[kNv];
   for (int v = 0; v < kNv; ++v) {
@@ -977,8 +982,7 @@ DSV32_TARGET_AVX2 __attribute__((always_inline)) inline void scaled_cols_pass(
     __m256 wv[kNv];
     for (int v = 0; v < kNv; ++v) {
       if (kFull) {
-        const __m128i c = _mm_cvtepi8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wr + 8 * v)));
-        wv[v] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_and_si128(_mm_slli_epi16(c, 7), keep)), s[v]);
+        wv[v] = _mm256_mul_ps(e4m3_f16_values8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(wr + 8 * v))), s[v]);
       } else {
         wv[v] = cnt[v] > 0 ? _mm256_mul_ps(load_row<2>(wr + 8 * v, 0, 0, 0, cnt[v]), s[v]) : _mm256_setzero_ps();
       }
