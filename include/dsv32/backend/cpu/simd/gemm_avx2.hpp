@@ -607,8 +607,8 @@ inline constexpr std::int64_t kPanelPrefetchMaxK = 2048;
 /// bytes further along each row it reads: the hardware prefetcher alone left the two cores short of
 /// memory speed. dsv32-bench-gemm's wo shape at M = 1 (7168 rows of 16384 codes, streamed), two cores
 /// of a Zen 5 host forced to AVX2, before -> after in alternating runs: exact 17.4-19.2 -> 19.8-21.7
-/// GB/s. (The fast one-row kernel asks for the next group's rows instead: e4m3_pair_rows.) More x
-/// rows are bound by their FMAs: no hints there (the batch-8 step measured no better with them).
+/// GB/s. More x rows of the exact kernels are bound by their FMAs: no hints there (the batch-8 step
+/// measured no better with them). (The fast row-order kernel hints the next rows: e4m3_pair_rows.)
 inline constexpr std::int64_t kLongRowAhead = 512;
 
 /// A hint for the two cache lines of the 128-byte block `offset` bytes from row: the address is
@@ -820,12 +820,14 @@ DSV32_TARGET_AVX2 void e4m3_pair_group(std::int64_t kb0, std::int64_t kb1, const
 /// 256 blocks' 128 KB, as the caller passes them), where each x-row group used to widen them per
 /// slot group and weight-row group (one Zen 5 core forced to AVX2, 7168-column rows in L2: 4 x rows
 /// 6.1 -> 7.9 G codes/s, 2 rows 11.0 -> 12.5); then 8 weight rows at a time, each against every
-/// x-row group (in cache after the first). Hints: where rows are short, each block of the 8 rows
-/// after; one x row against long rows, each block of the next group's 4 rows (the same columns 4
-/// rows on), where hints 512 bytes along the rows being read (kLongRowAhead) left each new group's
-/// 4 streams to start cold — two cores of a Zen 5 host forced to AVX2, 16384 x 7168 codes streamed
-/// in 64-row tasks, alternating: 20.8-24.2 -> 26.3-28.2 GB/s (a hinted line is read 4 ldw bytes
-/// later: from L1 or L2). The exact kernel measured the same either way.
+/// x-row group (in cache after the first). Hints, from the first x-row group: where rows are short,
+/// each block of the 8 rows after; where they are long, each block of the next R weight rows (the
+/// same columns R rows on), so that each group's R streams do not start cold. Two cores of a Zen 5
+/// host forced to AVX2, 16384 x 7168 codes streamed in 64-row tasks, alternating: 1 x row (where
+/// hints 512 bytes along the rows being read, kLongRowAhead, were the rule) 20.8-24.2 -> 26.3-28.2
+/// GB/s; 2 x rows (no hints before) 10.0-13.5 -> 18.8-24.1; 3 rows 6.5-9.6 -> 13.1-13.3; 4 rows
+/// 8.2-8.7 -> 11.4-11.5. (A hinted line is read R ldw bytes later: from L1 or L2.) The exact
+/// one-row kernel measured the same either way.
 DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, std::int64_t kb1,
                                              const std::uint32_t* xp, std::int64_t ldx, const float* xs,
                                              std::int64_t ldxs, const std::uint8_t* w, std::int64_t ldw,
@@ -850,9 +852,9 @@ DSV32_TARGET_AVX2 inline void e4m3_pair_rows(int M, int rows, std::int64_t kb0, 
       const int mt = left >= 4 ? 4 : left >= 2 ? 2 : 1, R = 4 / mt;
       const float* x = xf + m0 * ldf;
       const float* s = xs + m0 * ldxs;
-      // the first x-row group asks for the next 8 rows' blocks where rows are short; a single x
-      // row, for the next group's (R rows on) where they are long
-      const std::int64_t ahead = m0 != 0 ? 0 : ldw <= kPanelPrefetchMaxK ? 8 * ldw : M == 1 ? R * ldw : 0;
+      // the first x-row group asks for the next 8 rows' blocks where rows are short, for the
+      // next R rows' where they are long (the later groups read the rows from cache)
+      const std::int64_t ahead = m0 != 0 ? 0 : ldw <= kPanelPrefetchMaxK ? 8 * ldw : R * ldw;
       for (int r0 = g0; r0 < g0 + 8 && r0 < rows; r0 += R) {
         const int valid = rows - r0 < R ? rows - r0 : R;
         const std::uint8_t* wr[4];
